@@ -1,0 +1,73 @@
+"""Shared fixtures: one tiny random model saved once per session, a factory for tiny trainers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory):
+    from trl_grpo_ext import testkit
+
+    return testkit.save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from trl_grpo_ext import testkit
+
+    return testkit.build_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def train_dataset():
+    from trl_grpo_ext import testkit
+
+    return testkit.arithmetic_dataset(256, seed=0)
+
+
+TINY_ARGS = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=4,
+    max_steps=3,
+    learning_rate=1e-2,
+    logging_steps=1,
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    seed=0,
+    save_strategy="no",
+    disable_tqdm=True,
+)
+
+
+@pytest.fixture
+def make_trainer(tiny_model_path, tokenizer, train_dataset, tmp_path):
+    """Build a tiny trainer: ``make_trainer(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, **config_overrides)``."""
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+
+    def factory(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, reward_funcs=None, **overrides):
+        kwargs = {**TINY_ARGS, "output_dir": str(tmp_path / "out"), **overrides}
+        args = config_cls(**kwargs)
+        return cls(
+            model=tiny_model_path,
+            reward_funcs=reward_funcs or [testkit.exact_match_reward, testkit.first_char_reward],
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+        )
+
+    return factory
+
+
+def last_logs(trainer) -> list[dict]:
+    """Per-step log entries (without the final train summary)."""
+    return [h for h in trainer.state.log_history if "loss" in h]

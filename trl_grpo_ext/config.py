@@ -1,0 +1,246 @@
+"""``GRPOExtConfig``: TRL's ``GRPOConfig`` plus one switch per anti-collapse family and its prefixed parameters."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trl import GRPOConfig
+
+
+def _fail(field_name: str, value, problem: str, fix: str) -> None:
+    raise ValueError(f"GRPOExtConfig.{field_name}={value!r}: {problem}. Fix: {fix}")
+
+
+@dataclass
+class GRPOExtConfig(GRPOConfig):
+    r"""
+    Configuration for [`GRPOExtTrainer`]: every [`~trl.GRPOConfig`] field plus the anti-collapse families below. With
+    every family at its default the trainer is TRL's `GRPOTrainer`.
+
+    Each family has one switch; its parameters carry the family's prefix. Values are checked in `__post_init__`; a bad
+    value raises `ValueError` naming the field and the fix. All fields parse with `TrlParser` (command line and
+    `--config file.yaml`).
+
+    Parameters:
+        > Advantage estimation
+
+        advantage_estimator (`str`, *optional*, defaults to `"grpo"`):
+            How advantages are computed. `"grpo"`: TRL's group-normalised outcome reward.
+        advantage_std (`str`, *optional*, defaults to `"sample"`):
+            Standard deviation used to normalise rewards in a group: `"sample"` (n - 1, TRL's default) or
+            `"population"` (n, as written in DeepSeekMath and the seed document).
+
+        > Token-level clipping (Cui et al. 2025, arXiv 2505.22617)
+
+        token_clip (`str`, *optional*, defaults to `"none"`):
+            `"clip_cov"` removes the gradient of a few random high-covariance tokens; `"kl_cov"` adds a KL penalty
+            `kl_cov_coef * |logp - old_logp|` on the highest-covariance tokens. `"none"` disables both.
+        token_clip_scope (`str`, *optional*, defaults to `"local"`):
+            `"local"`: tokens are chosen within each process's micro-batch (the reference implementation);
+            `"global"`: the covariance means, counts and selection thresholds span all processes.
+        clip_cov_ratio (`float`, *optional*, defaults to `2e-4`):
+            Fraction of valid tokens Clip-Cov detaches (paper and verl).
+        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
+            Lower covariance bound of Clip-Cov candidates.
+        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
+            Upper covariance bound of Clip-Cov candidates.
+        kl_cov_ratio (`float`, *optional*, defaults to `2e-3`):
+            Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B; a fraction, not percent).
+        kl_cov_coef (`float`, *optional*, defaults to `1.0`):
+            Coefficient of the KL-Cov penalty (paper scripts: 1.0; verl's config default: 0.1).
+        kl_cov_ppo_clip (`bool`, *optional*, defaults to `False`):
+            Keep TRL's PPO ratio clip (`epsilon`, `epsilon_high`) under KL-Cov. The paper and verl drop it (False).
+
+        > Sample filtering (PF-PPO, arXiv 2409.06957)
+
+        sample_filter (`str`, *optional*, defaults to `"none"`):
+            Which completions of each prompt group train: `"best_of_n"`, `"best_random"`, `"best_worst"`,
+            `"nonzero_std"` (drop groups whose rewards are all equal), or `"none"`. Filtered rows are masked out of the
+            loss; advantages are still computed over the full group.
+        pf_rescale (`bool`, *optional*, defaults to `True`):
+            For loss types that average per sequence (`grpo`, `sapo`, `luspo`, `dr_grpo`), rescale each micro-batch so
+            the loss equals the loss over its kept rows alone, instead of being diluted by the masked ones.
+
+        > KL control (Ziegler et al. 2019)
+
+        kl_control (`str`, *optional*, defaults to `"fixed"`):
+            `"fixed"`: TRL's constant `beta`. `"adaptive"`: beta follows `kl_target` (Ziegler's proportional
+            controller on the global per-token mean KL of each optimizer step); needs `beta > 0` as its start.
+        kl_target (`float`, *optional*, defaults to `0.1`):
+            Target per-token mean KL (k3 estimate) of the adaptive controller.
+        kl_horizon (`float`, *optional*, defaults to `10000`):
+            Horizon of the adaptive controller, in completions (Ziegler: 10000).
+        kl_beta_min (`float`, *optional*, defaults to `1e-4`):
+            Lower clamp of beta (> 0: TRL cannot switch the KL term back on once beta is 0).
+        kl_beta_max (`float`, *optional*, defaults to `1.0`):
+            Upper clamp of beta.
+    """
+
+    # Advantage estimation
+    advantage_estimator: Literal["grpo"] = field(
+        default="grpo",
+        metadata={"help": "How advantages are computed. 'grpo': TRL's group-normalised outcome reward."},
+    )
+    advantage_std: Literal["sample", "population"] = field(
+        default="sample",
+        metadata={
+            "help": "Std used to normalise rewards within a group: 'sample' (n-1, TRL's default) or 'population' "
+            "(n, DeepSeekMath and the seed document)."
+        },
+    )
+
+    # Token-level clipping
+    token_clip: Literal["none", "clip_cov", "kl_cov"] = field(
+        default="none",
+        metadata={
+            "help": "Covariance-based token stabilisation (Cui et al. 2025): 'clip_cov' detaches a few random "
+            "high-covariance tokens, 'kl_cov' penalises the top-covariance tokens with |logp - old_logp|."
+        },
+    )
+    token_clip_scope: Literal["local", "global"] = field(
+        default="local",
+        metadata={
+            "help": "'local': pick tokens within each process's micro-batch (reference implementation); 'global': "
+            "covariance means and selection thresholds span all processes."
+        },
+    )
+    clip_cov_ratio: float = field(default=2e-4, metadata={"help": "Fraction of valid tokens Clip-Cov detaches."})
+    clip_cov_lb: float = field(default=1.0, metadata={"help": "Lower covariance bound of Clip-Cov candidates."})
+    clip_cov_ub: float = field(default=5.0, metadata={"help": "Upper covariance bound of Clip-Cov candidates."})
+    kl_cov_ratio: float = field(
+        default=2e-3,
+        metadata={"help": "Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B)."},
+    )
+    kl_cov_coef: float = field(default=1.0, metadata={"help": "Coefficient of the KL-Cov penalty |logp - old_logp|."})
+    kl_cov_ppo_clip: bool = field(
+        default=False,
+        metadata={"help": "Keep TRL's PPO ratio clip under KL-Cov (the paper and verl drop it)."},
+    )
+
+    # Sample filtering
+    sample_filter: Literal["none", "best_of_n", "best_random", "best_worst", "nonzero_std"] = field(
+        default="none",
+        metadata={
+            "help": "PF-PPO filtering per prompt group: 'best_of_n', 'best_random', 'best_worst', 'nonzero_std', or "
+            "'none'. Filtered completions are masked out of the loss."
+        },
+    )
+    pf_rescale: bool = field(
+        default=True,
+        metadata={
+            "help": "For per-sequence loss types (grpo, sapo, luspo, dr_grpo), rescale each micro-batch's loss to "
+            "the mean over its kept rows instead of diluting it with the masked ones."
+        },
+    )
+
+    # KL control
+    kl_control: Literal["fixed", "adaptive"] = field(
+        default="fixed",
+        metadata={"help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target."},
+    )
+    kl_target: float = field(default=0.1, metadata={"help": "Target per-token mean KL of the adaptive controller."})
+    kl_horizon: float = field(default=10000.0, metadata={"help": "Controller horizon, in completions (Ziegler: 10000)."})
+    kl_beta_min: float = field(default=1e-4, metadata={"help": "Lower clamp of beta (> 0)."})
+    kl_beta_max: float = field(default=1.0, metadata={"help": "Upper clamp of beta."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_switches()
+        self._check_token_clip()
+        self._check_kl_control()
+
+    # The registries hold the valid names (built-ins and user-registered variants).
+    def _check_switches(self) -> None:
+        from .families import registry_for
+
+        for name in ("advantage_estimator", "token_clip", "sample_filter", "kl_control"):
+            registry = registry_for(name)
+            value = getattr(self, name)
+            if value not in registry:
+                _fail(name, value, "unknown value", f"use one of {registry.names()}")
+        for name, allowed in (("advantage_std", ("sample", "population")), ("token_clip_scope", ("local", "global"))):
+            value = getattr(self, name)
+            if value not in allowed:
+                _fail(name, value, "unknown value", f"use one of {list(allowed)}")
+        if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
+            _fail(
+                "advantage_std",
+                self.advantage_std,
+                f"it recomputes the sum_then_normalize advantages, but multi_objective_aggregation is "
+                f"{self.multi_objective_aggregation!r}",
+                "set multi_objective_aggregation='sum_then_normalize' or keep advantage_std='sample'",
+            )
+
+    def _check_token_clip(self) -> None:
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value <= 1):
+                _fail(name, value, "must be a fraction in (0, 1]", f"e.g. {name}=2e-4 (write 0.02% as 2e-4, not 0.02)")
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            _fail(
+                "clip_cov_lb",
+                self.clip_cov_lb,
+                f"must be below clip_cov_ub={self.clip_cov_ub}",
+                "use a window such as clip_cov_lb=1, clip_cov_ub=5",
+            )
+        if not (math.isfinite(self.kl_cov_coef) and self.kl_cov_coef > 0):
+            _fail("kl_cov_coef", self.kl_cov_coef, "must be a finite number > 0", "e.g. kl_cov_coef=1.0 (paper)")
+        if self.token_clip == "none":
+            return
+        if self.importance_sampling_level != "token":
+            _fail(
+                "token_clip",
+                self.token_clip,
+                "token-level covariance clipping needs token-level importance sampling",
+                "set importance_sampling_level='token' or token_clip='none'",
+            )
+        if self.token_clip == "kl_cov" and not self.is_off_policy:
+            _fail(
+                "token_clip",
+                self.token_clip,
+                "KL-Cov is inert on-policy: with num_iterations=1 and steps_per_generation <= "
+                "gradient_accumulation_steps the old log-probs equal the current ones, so |logp - old_logp| and its "
+                "gradient are 0",
+                "set num_iterations=2 (as the paper) or steps_per_generation > gradient_accumulation_steps, "
+                "or use token_clip='clip_cov'",
+            )
+
+    @property
+    def is_off_policy(self) -> bool:
+        """Whether a generation batch is reused across optimizer steps (TRL then computes old log-probs)."""
+        generate_every = self.steps_per_generation * self.num_iterations
+        return self.gradient_accumulation_steps % generate_every != 0
+
+    def _check_kl_control(self) -> None:
+        if not (math.isfinite(self.kl_beta_min) and self.kl_beta_min > 0):
+            _fail(
+                "kl_beta_min",
+                self.kl_beta_min,
+                "must be > 0: TRL builds no reference model when beta reaches 0 and cannot restart the KL term",
+                "e.g. kl_beta_min=1e-4",
+            )
+        if not self.kl_beta_max >= self.kl_beta_min:
+            _fail("kl_beta_max", self.kl_beta_max, f"must be >= kl_beta_min={self.kl_beta_min}", "raise kl_beta_max")
+        if not (math.isfinite(self.kl_target) and self.kl_target > 0):
+            _fail("kl_target", self.kl_target, "must be a finite KL > 0", "e.g. kl_target=0.1 (per-token mean KL)")
+        if not (math.isfinite(self.kl_horizon) and self.kl_horizon > 0):
+            _fail("kl_horizon", self.kl_horizon, "must be > 0", "e.g. kl_horizon=10000 (completions)")
+        if self.kl_control == "fixed":
+            return
+        if self.beta == 0.0:
+            _fail(
+                "beta",
+                self.beta,
+                f"kl_control={self.kl_control!r} needs a starting beta > 0: with beta=0 TRL creates no reference "
+                "model and the KL term can never switch on",
+                f"set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
+            )
+        if not self.kl_beta_min <= self.beta <= self.kl_beta_max:
+            _fail(
+                "beta",
+                self.beta,
+                f"the starting beta must lie in [kl_beta_min, kl_beta_max] = [{self.kl_beta_min}, {self.kl_beta_max}]",
+                "move beta inside the clamp or widen the clamp",
+            )

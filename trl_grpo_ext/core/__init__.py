@@ -1,0 +1,39 @@
+"""Pure tensor functions of trl-grpo-ext: no trainer, no accelerate, no config objects.
+
+Every function takes explicit keyword arguments, a ``torch.Generator`` wherever it draws, and cites its paper.
+"""
+
+from .advantages import group_relative_advantages, nan_std
+from .collectives import LOCAL, Collectives
+from .kl_control import AdaptiveKLController
+from .registry import Registry
+from .sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask, r_squared, rank_filter_strategies
+from .token_clip import (
+    clip_cov_mask,
+    kl_cov_mask,
+    kl_cov_penalty,
+    num_selected,
+    ppo_clipped_mask,
+    select_top_k,
+    token_covariance,
+)
+
+__all__ = [
+    "LOCAL",
+    "SAMPLE_FILTER_STRATEGIES",
+    "AdaptiveKLController",
+    "Collectives",
+    "Registry",
+    "clip_cov_mask",
+    "group_relative_advantages",
+    "kl_cov_mask",
+    "kl_cov_penalty",
+    "nan_std",
+    "num_selected",
+    "pf_keep_mask",
+    "ppo_clipped_mask",
+    "r_squared",
+    "rank_filter_strategies",
+    "select_top_k",
+    "token_covariance",
+]

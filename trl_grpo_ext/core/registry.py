@@ -1,0 +1,68 @@
+"""A tiny name -> object registry with decorator registration, used by every family of the plugin.
+
+Example:
+    >>> from trl_grpo_ext.core.registry import Registry
+    >>> SCALERS = Registry("scaler")
+    >>> @SCALERS.register("double")
+    ... def double(x):
+    ...     return 2 * x
+    >>> SCALERS.get("double")(3)
+    6
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to implementations of one family (sample-filter strategies, token clips, KL controllers, ...).
+
+    Args:
+        family: what the registry holds, used in error messages ("token_clip", "kl_control", ...).
+    """
+
+    def __init__(self, family: str):
+        self.family = family
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, *, override: bool = False) -> Callable[[T], T]:
+        """Decorator that registers ``obj`` under ``name``; a second registration of a name raises unless ``override``."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"A {self.family} must be registered under a non-empty string name, got {name!r}.")
+
+        def decorator(obj: T) -> T:
+            if name in self._items and not override:
+                raise ValueError(
+                    f"The {self.family} '{name}' is already registered (by {self._items[name]!r}). Pick another name, "
+                    f"or pass override=True to replace it on purpose."
+                )
+            self._items[name] = obj
+            return obj
+
+        return decorator
+
+    def get(self, name: str) -> T:
+        """The implementation registered under ``name``; a ``ValueError`` listing the valid names otherwise."""
+        try:
+            return self._items[name]
+        except KeyError:
+            raise ValueError(
+                f"Unknown {self.family} '{name}'. Valid names: {', '.join(sorted(self._items))}. "
+                f"Register a new one with @{self.family.upper()}.register('{name}') before building the trainer."
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __repr__(self) -> str:
+        return f"Registry({self.family!r}, names={self.names()})"

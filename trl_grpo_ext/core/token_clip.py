@@ -1,0 +1,178 @@
+"""Covariance-based token selection: Clip-Cov and KL-Cov.
+
+Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models" (arXiv 2505.22617),
+sec. 4: the change of policy entropy follows the covariance between a token's log-probability and its advantage, so a
+few high-covariance tokens drive entropy collapse. Clip-Cov removes the gradient of a random few of them (eq. 9),
+KL-Cov puts a KL penalty on the top few (eq. 10).
+
+Notation:
+    B: rows (completions), T: completion tokens.
+    logps: log pi_theta(o_t | q, o_<t), (B, T); advantages: (B,) or (B, T); mask: valid completion tokens, (B, T).
+    N: valid tokens (over all processes when ``collectives`` spans several).
+
+Every function takes an optional ``collectives`` (see :mod:`trl_grpo_ext.core.collectives`): with the default single
+process the statistics are those of the given tensors; with a process group they are those of the union of every
+process's tensors ("global scope"), and each process gets back the mask of its own tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .collectives import LOCAL, Collectives
+
+
+def _expand(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)  # (B, 1)
+    return advantages.expand_as(like)  # (B, T)
+
+
+def token_covariance(
+    logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    collectives: Collectives = LOCAL,
+) -> torch.Tensor:
+    """Per-token centred product ``Cov_t = (logp_t - mean(logp)) * (A_t - mean(A))`` (Cui et al. 2025, eq. 9).
+
+    Means run over the valid tokens (all processes with ``collectives``); ``logps`` is detached. Returns (B, T) float32,
+    0 outside ``mask``.
+    """
+    valid = mask.bool()  # (B, T)
+    lp = logps.detach().float()  # (B, T)
+    adv = _expand(advantages.detach().float(), lp)  # (B, T)
+    vf = valid.float()
+    stats = collectives.all_sum(torch.stack([vf.sum(), (lp * vf).sum(), (adv * vf).sum()]))  # (3,)
+    count = stats[0].clamp(min=1.0)
+    cov = (lp - stats[1] / count) * (adv - stats[2] / count)  # (B, T)
+    return torch.where(valid, cov, torch.zeros_like(cov))
+
+
+def num_selected(num_valid: int, ratio: float) -> int:
+    """``max(1, floor(ratio * num_valid))`` tokens, 0 when there is no valid token (the paper's ``k``)."""
+    if num_valid <= 0:
+        return 0
+    return max(1, math.floor(ratio * num_valid))
+
+
+def select_top_k(
+    scores: torch.Tensor, eligible: torch.Tensor, k: int, *, collectives: Collectives = LOCAL
+) -> torch.Tensor:
+    """Boolean mask of exactly ``min(k, #eligible)`` eligible entries with the highest ``scores``.
+
+    Over several processes the k are chosen among the union of all eligible entries; ties at the threshold go to lower
+    ranks first, then to lower flat indices, so the count is exact and the choice deterministic. Vectorised: one
+    ``topk`` per process and two small collectives.
+
+    Args:
+        scores: (B, T) any float scores.
+        eligible: (B, T) bool.
+        k: how many to select in total.
+    """
+    eligible = eligible.bool()
+    flat_scores = scores.detach().float().reshape(-1)  # (B*T,)
+    flat_eligible = eligible.reshape(-1)  # (B*T,)
+    local_values = flat_scores[flat_eligible]  # (n_local,)
+    local_top = torch.topk(local_values, min(k, local_values.numel())).values if k > 0 else local_values[:0]
+    candidates = collectives.all_cat(local_top)  # (<= k * world,)
+    if k <= 0 or candidates.numel() == 0:
+        return torch.zeros_like(eligible)
+    k_eff = min(k, candidates.numel())
+    threshold = torch.topk(candidates, k_eff).values[-1]
+    above = flat_eligible & (flat_scores > threshold)  # (B*T,)
+    ties = flat_eligible & (flat_scores == threshold)  # (B*T,)
+    counts = torch.stack([above.sum(), ties.sum()]).to(candidates.device)
+    all_counts = collectives.all_cat(counts).view(-1, 2)  # (world, 2)
+    remaining = k_eff - all_counts[:, 0].sum()
+    ties_before = all_counts[: collectives.rank, 1].sum()
+    take = (remaining - ties_before).clamp(min=0, max=int(counts[1]))
+    tie_rank = torch.cumsum(ties.long(), dim=0)  # 1-based order of each tie within this process
+    chosen = above | (ties & (tie_rank <= take.to(tie_rank.device)))
+    return chosen.view_as(eligible)
+
+
+def _global_count(mask: torch.Tensor, collectives: Collectives) -> int:
+    return int(collectives.all_sum(mask.bool().sum().reshape(1).float())[0].item())
+
+
+def clip_cov_mask(
+    logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ratio: float,
+    lb: float,
+    ub: float,
+    generator: torch.Generator | None = None,
+    exclude: torch.Tensor | None = None,
+    collectives: Collectives = LOCAL,
+) -> torch.Tensor:
+    """Tokens whose gradient Clip-Cov removes (Cui et al. 2025, sec. 4.2, "Clip-Cov").
+
+    Candidates are valid tokens with ``lb < Cov < ub`` that are not in ``exclude`` (the tokens the PPO clip already
+    clipped); ``max(1, floor(ratio * N))`` of them are picked uniformly at random (all of them if there are fewer).
+
+    Args:
+        logps, advantages, mask: see the module notation.
+        ratio: fraction r of the valid tokens to pick (paper and verl: 2e-4).
+        lb, ub: the covariance window (paper and verl: 1 and 5).
+        generator: source of the random choice (on the device of ``logps``); seed it for reproducible runs.
+        exclude: (B, T) bool, tokens that may not be picked.
+
+    Returns:
+        (B, T) bool.
+    """
+    cov = token_covariance(logps, advantages, mask, collectives=collectives)  # (B, T)
+    candidates = mask.bool() & (cov > lb) & (cov < ub)  # (B, T)
+    if exclude is not None:
+        candidates = candidates & ~exclude.bool()
+    k = num_selected(_global_count(mask, collectives), ratio)
+    priorities = torch.rand(cov.shape, generator=generator, device=cov.device)  # (B, T) uniform in [0, 1)
+    return select_top_k(priorities, candidates, k, collectives=collectives)
+
+
+def kl_cov_mask(
+    logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ratio: float,
+    collectives: Collectives = LOCAL,
+) -> torch.Tensor:
+    """Tokens KL-Cov penalises: the ``max(1, floor(ratio * N))`` valid tokens of highest Cov (Cui et al. 2025, eq. 10).
+
+    ``ratio`` is a fraction (paper: 2e-3 for 7B, 2e-4 for 32B; the authors' scripts write it in percent). Returns (B, T)
+    bool.
+    """
+    cov = token_covariance(logps, advantages, mask, collectives=collectives)  # (B, T)
+    k = num_selected(_global_count(mask, collectives), ratio)
+    return select_top_k(cov, mask.bool(), k, collectives=collectives)
+
+
+def ppo_clipped_mask(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+) -> torch.Tensor:
+    """Tokens where the PPO clip is active (ratio above 1 + eps_high with A > 0, or below 1 - eps_low with A < 0).
+
+    Their gradient is already zero, so Clip-Cov does not spend its budget on them (verl's ``clip_by_origin``). (B, T)
+    bool.
+    """
+    ratio = torch.exp(logps.detach().float() - old_logps.detach().float())  # (B, T)
+    adv = _expand(advantages.detach().float(), ratio)  # (B, T)
+    clipped = ((ratio > 1 + epsilon_high) & (adv > 0)) | ((ratio < 1 - epsilon_low) & (adv < 0))
+    return clipped & mask.bool()
+
+
+def kl_cov_penalty(logps: torch.Tensor, old_logps: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+    """Per-token KL-Cov penalty ``|logp - old_logp|`` on the selected tokens, 0 elsewhere; (B, T), differentiable."""
+    return (logps - old_logps.detach()).abs() * selected.to(logps.dtype)

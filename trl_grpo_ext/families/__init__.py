@@ -1,0 +1,32 @@
+"""The anti-collapse families the trainer composes, one registry each.
+
+A family member is an :class:`Extension` subclass registered under the name its config switch takes. The trainer
+builds one member per family from the config and calls the same few hooks on each, in a fixed order (advantage
+estimator, sample filter, token clip, KL control), so any combination runs in one training step. To add a variant,
+subclass :class:`Extension`, register it, and select it by name; the trainer needs no change::
+
+    from trl_grpo_ext.families import TOKEN_CLIPS, Extension
+
+    @TOKEN_CLIPS.register("my_clip")
+    class MyClip(Extension):
+        def modify_logps(self, logps, ctx):
+            ...
+
+(The config's ``Literal`` lists the built-in names for ``--help``; registered names are accepted from Python.)
+"""
+
+from __future__ import annotations
+
+from .base import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
+from .base import registry_for as registry_for
+from . import advantage, kl_control, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "KL_CONTROLLERS",
+    "TOKEN_CLIPS",
+    "Extension",
+    "GenerationBatch",
+    "LossContext",
+    "registry_for",
+]

@@ -1,0 +1,63 @@
+"""KL-coefficient control (``kl_control``)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..core.kl_control import AdaptiveKLController
+from ..trl_compat import per_token_kl
+from .base import KL_CONTROLLERS, Extension, LossContext
+
+logger = logging.getLogger(__name__)
+
+KL_CONTROLLERS.register("fixed")(None)
+
+
+@KL_CONTROLLERS.register("adaptive")
+class AdaptiveKL(Extension):
+    """Ziegler's controller on the global per-token mean k3 KL of each optimizer step.
+
+    Every micro-batch adds its masked KL sum, token count and row count; at the optimizer-step boundary the sums are
+    reduced over all processes (so every rank computes the same beta), the controller moves beta, and
+    ``trainer.beta`` (which TRL reads live, in the loss and for reference log-probs) takes the new value for the next
+    step. Logs ``kl/beta`` (beta used in the step), ``kl/value``, ``kl/target``.
+    """
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        args = self.args
+        self.controller = AdaptiveKLController(
+            args.beta, args.kl_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
+        )
+        trainer.beta = self.controller.value
+        self._window: torch.Tensor | None = None
+
+    def after_loss(self, ctx: LossContext) -> None:
+        if ctx.mode != "train":
+            return
+        trainer = self.trainer
+        kl = per_token_kl(ctx.logps.detach(), ctx.inputs["ref_per_token_logps"])
+        mask = ctx.mask.to(kl.dtype)
+        stats = torch.stack([(kl * mask).sum(), mask.sum(), torch.tensor(float(mask.size(0)), device=kl.device)])
+        self._window = stats if self._window is None else self._window + stats
+        if not trainer.accelerator.sync_gradients:
+            return
+        kl_sum, tokens, rows = trainer.ext_collectives.all_sum(self._window.float()).tolist()
+        self._window = None
+        used = trainer.beta
+        kl_mean = kl_sum / tokens if tokens > 0 else float("nan")
+        if kl_mean != kl_mean:
+            logger.warning("kl_control: no valid token in this optimizer step; beta stays at %.4g.", used)
+        trainer.beta = self.controller.update(kl_mean, n_steps=int(rows))
+        self.log_metric("train", "kl/beta", used)
+        self.log_metric("train", "kl/value", kl_mean)
+        self.log_metric("train", "kl/target", self.controller.target)
+
+    def state_dict(self):
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state):
+        self.controller.load_state_dict(state)
+        self.trainer.beta = self.controller.value

@@ -1,0 +1,88 @@
+"""PF-PPO sample filtering (``sample_filter``): masks rows out of the loss, keeps TRL's batching intact."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..core.sample_filter import pf_keep_mask
+from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
+from .base import Extension, GenerationBatch, LossContext
+
+logger = logging.getLogger(__name__)
+
+#: Key under which the filtered batch carries each row's keep flag through TRL's shuffle and split.
+KEEP_KEY = "ext_keep"
+
+
+class PolicyFilter(Extension):
+    """Keeps the rows a PF-PPO strategy picks, per prompt group, after advantages were computed on the full group.
+
+    Rows are masked, not removed (TRL splits the generation batch into equal chunks and gathers per-row metrics):
+    the keep flag is multiplied into ``tool_mask`` (the loss mask slot TRL already honours), ``num_items_in_batch``
+    is recounted over kept tokens, and for per-sequence loss types the loss is rescaled by rows / kept rows of each
+    micro-batch (``pf_rescale``): the advantages of the micro-batch are scaled (the policy term is linear in them)
+    and the KL term gets the missing ``(scale - 1) * beta * KL``, so the result equals the loss over the kept rows.
+    """
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.strategy = self.args.sample_filter
+
+    def on_generation(self, batch: GenerationBatch) -> None:
+        trainer = self.trainer
+        generator = trainer.ext_generator("sample_filter", per_rank=False, device=batch.rewards.device)
+        keep = pf_keep_mask(batch.rewards, batch.group_size, strategy=self.strategy, generator=generator)  # (N,)
+        batch.keep = keep
+        out = batch.output
+        local_keep = keep[batch.process_slice]  # (B,)
+        completion_mask = out["completion_mask"]  # (B, T)
+        base = out.get("tool_mask")
+        base = torch.ones_like(completion_mask) if base is None else base
+        out["tool_mask"] = base * local_keep.unsqueeze(1).to(base.dtype)
+        loss_mask = completion_mask * out["tool_mask"]
+        out["num_items_in_batch"] = trainer.accelerator.gather(loss_mask.sum()).sum()
+        out[KEEP_KEY] = local_keep
+
+        rewards = torch.nan_to_num(batch.rewards, nan=0.0)
+        kept_frac = keep.float().mean().item()
+        self.log_metric(batch.mode, "filter/kept_frac", kept_frac)
+        self.log_metric(batch.mode, "filter/kept_reward_mean", rewards[keep].mean().item() if keep.any() else 0.0)
+        if (~keep).any():
+            self.log_metric(batch.mode, "filter/dropped_reward_mean", rewards[~keep].mean().item())
+        groups_kept = keep.view(-1, batch.group_size).any(dim=1).float().mean().item()
+        self.log_metric(batch.mode, "filter/groups_kept_frac", groups_kept)
+        if not keep.any():
+            self.log_metric(batch.mode, "filter/all_filtered", 1.0)
+            logger.warning(
+                "sample_filter=%r dropped every completion of this generation batch (step %d): it trains with zero "
+                "loss (Adam momentum still moves the weights). Frequent with 'nonzero_std' when every group gets the "
+                "same reward; consider another strategy or more num_generations.",
+                self.strategy,
+                trainer.state.global_step,
+            )
+        else:
+            self.log_metric(batch.mode, "filter/all_filtered", 0.0)
+
+    @staticmethod
+    def row_scale(inputs, loss_type: str, enabled: bool) -> float:
+        """rows / kept rows of the micro-batch for per-sequence loss types (1.0 otherwise or when nothing is kept)."""
+        keep = inputs.get(KEEP_KEY)
+        if keep is None or not enabled or loss_type not in PER_SEQUENCE_LOSS_TYPES:
+            return 1.0
+        kept = int(keep.sum())
+        return keep.numel() / kept if 0 < kept < keep.numel() else 1.0
+
+    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+        # TRL's KL term is not scaled by the advantages: add the missing (scale - 1) * beta * KL.
+        beta = self.trainer.beta
+        if ctx.row_scale == 1.0 or beta == 0.0:
+            return None
+        kl = per_token_kl(
+            ctx.logps,
+            ctx.inputs["ref_per_token_logps"],
+            old_logps=ctx.old_logps,
+            bias_correction=self.args.use_bias_correction_kl,
+        )
+        return beta * (ctx.row_scale - 1.0) * self.aggregate(kl, ctx, scale_rows=False)

@@ -1,0 +1,119 @@
+"""Clip-Cov and KL-Cov (``token_clip``), Cui et al. 2025 (arXiv 2505.22617)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..core.collectives import LOCAL
+from ..core.token_clip import clip_cov_mask, kl_cov_mask, kl_cov_penalty, ppo_clipped_mask, token_covariance
+from ..trl_compat import per_token_kl
+from .base import TOKEN_CLIPS, Extension, LossContext
+
+TOKEN_CLIPS.register("none")(None)
+
+
+class _CovarianceClip(Extension):
+    prefix = ""
+
+    def collectives(self):
+        return self.trainer.ext_collectives if self.args.token_clip_scope == "global" else LOCAL
+
+    def log_selection(self, ctx: LossContext, logps: torch.Tensor, selected: torch.Tensor) -> None:
+        """Global metrics: fraction selected, mean covariance of valid and of selected tokens."""
+        coll = self.trainer.ext_collectives
+        cov = token_covariance(logps, ctx.advantages, ctx.mask, collectives=self.collectives())
+        valid = ctx.mask.bool()
+        stats = torch.stack(
+            [valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()]
+        ).to(logps.device)
+        n_valid, n_sel, cov_sum, sel_cov_sum = coll.all_sum(stats).tolist()
+        self.log_metric(ctx.mode, f"{self.prefix}/selected_frac", n_sel / max(n_valid, 1.0))
+        self.log_metric(ctx.mode, f"{self.prefix}/cov_mean", cov_sum / max(n_valid, 1.0))
+        if n_sel > 0:
+            self.log_metric(ctx.mode, f"{self.prefix}/selected_cov_mean", sel_cov_sum / n_sel)
+
+
+@TOKEN_CLIPS.register("clip_cov")
+class ClipCov(_CovarianceClip):
+    """Detach the log-probs of the selected tokens: their policy-loss gradient is removed, nothing else changes.
+
+    TRL's loss also reads the same log-probs for the KL term; :meth:`extra_loss` adds back exactly the KL gradient of
+    the selected tokens (value 0), so only their policy gradient goes, as in the paper and verl.
+    """
+
+    prefix = "clip_cov"
+
+    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        trainer = self.trainer
+        exclude = ppo_clipped_mask(
+            logps,
+            ctx.old_logps,
+            ctx.advantages,
+            ctx.mask,
+            epsilon_low=trainer.epsilon_low,
+            epsilon_high=trainer.epsilon_high,
+        )
+        selected = clip_cov_mask(
+            logps,
+            ctx.advantages,
+            ctx.mask,
+            ratio=self.args.clip_cov_ratio,
+            lb=self.args.clip_cov_lb,
+            ub=self.args.clip_cov_ub,
+            generator=trainer.ext_generator("clip_cov", per_rank=True, device=logps.device),
+            exclude=exclude,
+            collectives=self.collectives(),
+        )
+        ctx.selected = selected
+        self.log_selection(ctx, logps, selected)
+        coll = trainer.ext_collectives
+        n_clipped, n_valid = coll.all_sum(torch.stack([exclude.sum(), ctx.mask.sum()]).float()).tolist()
+        self.log_metric(ctx.mode, "clip_cov/ppo_clipped_frac", n_clipped / max(n_valid, 1.0))
+        return torch.where(selected, logps.detach(), logps)
+
+    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+        beta = self.trainer.beta
+        if beta == 0.0 or ctx.selected is None or not bool(ctx.selected.any()):
+            return None
+        kl = per_token_kl(
+            ctx.logps,
+            ctx.inputs["ref_per_token_logps"],
+            old_logps=ctx.old_logps,
+            bias_correction=self.args.use_bias_correction_kl,
+        )
+        restore = (kl - kl.detach()) * ctx.selected.to(kl.dtype)  # value 0, gradient of the selected tokens' KL
+        # Mirrors TRL's own KL term, which the sample filter's rescale corrects separately: no row scale here.
+        return beta * self.aggregate(restore, ctx, scale_rows=False)
+
+
+@TOKEN_CLIPS.register("kl_cov")
+class KLCov(_CovarianceClip):
+    """Add ``kl_cov_coef * |logp - old_logp|`` on the top-covariance tokens, aggregated like the loss type.
+
+    Unless ``kl_cov_ppo_clip``, TRL's ratio clip is switched off (epsilon -> inf), as in the paper and verl.
+    """
+
+    prefix = "kl_cov"
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        if not self.args.kl_cov_ppo_clip:
+            trainer.epsilon_low = math.inf
+            trainer.epsilon_high = math.inf
+
+    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        selected = kl_cov_mask(
+            logps, ctx.advantages, ctx.mask, ratio=self.args.kl_cov_ratio, collectives=self.collectives()
+        )
+        ctx.selected = selected
+        self.log_selection(ctx, logps, selected)
+        return logps
+
+    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+        penalty = kl_cov_penalty(ctx.logps, ctx.old_logps, ctx.selected)  # (B, T)
+        coll = self.trainer.ext_collectives
+        stats = coll.all_sum(torch.stack([penalty.detach().sum(), ctx.selected.sum().float()]))
+        self.log_metric(ctx.mode, "kl_cov/penalty_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
+        return self.args.kl_cov_coef * self.aggregate(penalty, ctx)

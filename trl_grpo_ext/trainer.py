@@ -1,0 +1,212 @@
+"""``GRPOExtTrainer``: TRL's ``GRPOTrainer`` composing the anti-collapse families through six small overrides.
+
+Overridden TRL 1.16 methods (and why):
+    ``_calculate_rewards``: keep the gathered (N, F) rewards for group-level extensions; refuse infinite rewards.
+    ``_generate_and_score_completions``: run ``on_generation`` hooks (advantages, sample filter) before TRL shuffles.
+    ``_compute_loss``: open a loss context, rescale filtered micro-batches, add extension loss terms.
+    ``_get_per_token_logps_and_entropies``: the only differentiable log-probs; token clips act on them here.
+    ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save and restore extension state (TRL's own pattern).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from typing import Any
+
+import torch
+import trl
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from .config import GRPOExtConfig
+from .families import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
+from .families.sample_filter import PolicyFilter
+from .trl_compat import TRL_VERSION, combined_rewards
+
+logger = logging.getLogger(__name__)
+
+#: File written into each checkpoint folder with the state of every extension.
+STATE_FILE = "grpo_ext_state.json"
+
+
+class AccelerateCollectives:
+    """:class:`~trl_grpo_ext.core.collectives.Collectives` over an ``accelerate.Accelerator``."""
+
+    def __init__(self, accelerator):
+        self.accelerator = accelerator
+        self.rank = accelerator.process_index
+
+    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.accelerator.num_processes == 1:
+            return tensor
+        return self.accelerator.reduce(tensor, reduction="sum")
+
+    def all_cat(self, tensor: torch.Tensor) -> torch.Tensor:
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            return tensor
+        lengths = acc.gather(torch.tensor([tensor.numel()], device=acc.device)).tolist()
+        width = max(lengths)
+        padded = tensor.new_zeros(width)
+        padded[: tensor.numel()] = tensor.to(padded.device)
+        gathered = acc.gather(padded.to(acc.device)).view(len(lengths), width)  # (world, width)
+        return torch.cat([gathered[i, :n] for i, n in enumerate(lengths)])
+
+
+class GRPOExtTrainer(GRPOTrainer):
+    """Drop-in ``GRPOTrainer`` with PRM-free outcome variants, Clip-Cov / KL-Cov, PF-PPO filtering and KL control.
+
+    Takes every ``GRPOTrainer`` argument; ``args`` must be a :class:`GRPOExtConfig` (a plain ``GRPOConfig`` is
+    accepted and means every extension off). Each config switch selects one member of its family's registry; all
+    members run together through the same hooks, in the order advantage estimator, sample filter, token clip, KL
+    control.
+    """
+
+    def __init__(self, model, reward_funcs=None, args: GRPOExtConfig | None = None, **kwargs):
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = GRPOExtConfig(f"{str(name).split('/')[-1]}-GRPOExt")
+        elif not isinstance(args, GRPOExtConfig):
+            raise TypeError(
+                f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig takes every "
+                "GRPOConfig field: replace GRPOConfig(...) with GRPOExtConfig(...)."
+            )
+        if not trl.__version__.startswith(TRL_VERSION + "."):
+            warnings.warn(
+                f"trl_grpo_ext hooks private methods of TRL {TRL_VERSION}.x but TRL {trl.__version__} is installed; "
+                f"install trl>={TRL_VERSION},<1.17 (the contract tests in tests/test_trl_contract.py say what broke).",
+                stacklevel=2,
+            )
+        super().__init__(model, reward_funcs, args, **kwargs)
+        self.ext_collectives = AccelerateCollectives(self.accelerator)
+        self._ext_rewards_per_func: torch.Tensor | None = None
+        self._ext_loss_ctx: LossContext | None = None
+        self.extensions: dict[str, Extension] = {}
+        builders = [
+            ("advantage_estimator", ADVANTAGE_ESTIMATORS.get(args.advantage_estimator)),
+            ("sample_filter", None if args.sample_filter == "none" else PolicyFilter),
+            ("token_clip", TOKEN_CLIPS.get(args.token_clip)),
+            ("kl_control", KL_CONTROLLERS.get(args.kl_control)),
+        ]
+        for family, cls in builders:
+            if cls is not None:
+                self.extensions[family] = cls(self)
+
+    # ------------------------------------------------------------------ helpers
+    def ext_generator(self, tag: str, *, per_rank: bool, device: torch.device | str) -> torch.Generator:
+        """A generator seeded from (seed, global step, micro-step, tag[, rank]): reproducible, no global RNG use.
+
+        ``per_rank=False`` gives every process the same stream (for decisions over gathered data).
+        """
+        micro = self._step % max(self.current_gradient_accumulation_steps, 1)
+        rank = self.accelerator.process_index if per_rank else 0
+        key = f"{self.args.seed}|{self.state.global_step}|{micro}|{tag}|{rank}"
+        seed = int.from_bytes(key.encode(), "little") % (2**63 - 1)
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed)
+        return generator
+
+    # ------------------------------------------------------------------ generation side
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        infinite = torch.isinf(rewards_per_func)
+        if infinite.any():
+            bad = sorted({self.reward_func_names[j] for j in infinite.nonzero()[:, 1].tolist()})
+            raise ValueError(
+                f"Reward function(s) {bad} returned an infinite reward. Rewards must be finite floats; return None "
+                "for a completion that cannot be scored (it then gets advantage 0), or clip the reward."
+            )
+        self._ext_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        local_rows = output["completion_ids"].size(0)
+        rank = self.accelerator.process_index
+        batch = GenerationBatch(
+            output=output,
+            rewards_per_func=self._ext_rewards_per_func,
+            rewards=combined_rewards(self._ext_rewards_per_func, self.reward_weights),
+            group_size=group_size,
+            process_slice=slice(rank * local_rows, (rank + 1) * local_rows),
+            mode=mode,
+        )
+        for extension in self.extensions.values():
+            extension.on_generation(batch)
+        self._ext_rewards_per_func = None
+        return output
+
+    # ------------------------------------------------------------------ loss side
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        completion_mask = inputs["completion_mask"]
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        row_scale = PolicyFilter.row_scale(inputs, self.loss_type, self.args.pf_rescale)
+        if row_scale != 1.0:
+            inputs = {**inputs, "advantages": inputs["advantages"] * row_scale}
+        ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
+        self._ext_loss_ctx = ctx
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._ext_loss_ctx = None
+        if ctx.logps is None:
+            raise RuntimeError(
+                "GRPOExtTrainer: TRL's _compute_loss did not call _get_per_token_logps_and_entropies; this TRL version "
+                f"({trl.__version__}) is not supported (use trl>={TRL_VERSION},<1.17)."
+            )
+        for extension in self.extensions.values():
+            term = extension.extra_loss(ctx)
+            if term is not None:
+                loss = loss + term
+        for extension in self.extensions.values():
+            extension.after_loss(ctx)
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+        ctx = self._ext_loss_ctx
+        if ctx is not None and ctx.logps is None:  # the differentiable call inside _compute_loss
+            ctx.logps = logps
+            for extension in self.extensions.values():
+                logps = extension.modify_logps(logps, ctx)
+        return logps, entropies, aux
+
+    # ------------------------------------------------------------------ checkpoints
+    def ext_state_dict(self) -> dict[str, Any]:
+        return {family: ext.state_dict() for family, ext in self.extensions.items() if ext.state_dict()}
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        state = self.ext_state_dict()
+        if state and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            with open(os.path.join(folder, STATE_FILE), "w") as f:
+                json.dump(state, f, indent=2)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE)
+        if not os.path.exists(path):
+            if any(ext.state_dict() for ext in self.extensions.values()):
+                logger.warning("Checkpoint %s has no %s: extensions start from their initial state.", checkpoint, STATE_FILE)
+            return
+        with open(path) as f:
+            state = json.load(f)
+        for family, ext_state in state.items():
+            if family in self.extensions:
+                self.extensions[family].load_state_dict(ext_state)
+            else:
+                logger.warning("Checkpoint state for %r ignored: that family is off in this run.", family)
+
+
+__all__ = ["GRPOExtTrainer"]

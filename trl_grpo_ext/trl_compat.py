@@ -1,0 +1,82 @@
+"""The only lines copied from TRL, each where TRL 1.16.0 offers no hook. Guarded by tests/test_trl_contract.py.
+
+``GRPOTrainer._compute_loss`` (trl/trainer/grpo_trainer.py, TRL 1.16.0) builds the per-token loss in a local variable
+and aggregates it by ``loss_type``. Extra loss terms (the KL-Cov penalty, the KL gradient Clip-Cov must keep, the KL
+part of the PF-PPO rescale) have to be aggregated the same way, and the KL controller measures the same k3 estimate.
+If a TRL upgrade changes either, the parity tests fail.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: The TRL minor version these copies were taken from.
+TRL_VERSION = "1.16"
+
+#: Loss types whose aggregation averages over rows (so masked rows dilute the mean).
+PER_SEQUENCE_LOSS_TYPES = frozenset({"grpo", "sapo", "luspo", "dr_grpo"})
+#: Loss types normalised by the global token count ``num_items_in_batch``.
+TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
+
+
+def aggregate_like_loss_type(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    loss_type: str,
+    training: bool,
+    gradient_accumulation_steps: int,
+    steps_per_generation: int,
+    num_processes: int,
+    max_completion_length: int,
+    num_items_in_batch: torch.Tensor | None,
+) -> torch.Tensor:
+    """Reduce a (B, T) per-token term to the scalar that TRL 1.16's ``_compute_loss`` would make of it.
+
+    Copied from the ``loss_type`` branches of ``GRPOTrainer._compute_loss`` (TRL 1.16.0), including the division by the
+    gradient-accumulation steps that TRL applies itself (HF's automatic scaling is off for GRPO).
+    """
+    mask = mask.to(per_token.dtype)
+    accumulation = gradient_accumulation_steps if training else 1.0
+    if loss_type in ("grpo", "sapo"):
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+    if loss_type == "bnpo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+    if loss_type == "dr_grpo":
+        return (per_token * mask).sum() / (per_token.size(0) * max_completion_length) / accumulation
+    if loss_type in TOKEN_COUNT_LOSS_TYPES:
+        normalizer = num_items_in_batch.clamp(min=1.0) / num_processes
+        if training:
+            normalizer = normalizer * gradient_accumulation_steps / steps_per_generation
+        return (per_token * mask).sum() / normalizer
+    if loss_type == "luspo":
+        return (per_token * mask).sum(-1).mean() / accumulation
+    raise ValueError(f"Unknown loss_type {loss_type!r}: trl_grpo_ext knows the aggregation of TRL {TRL_VERSION} only.")
+
+
+def per_token_kl(
+    logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    *,
+    old_logps: torch.Tensor | None = None,
+    bias_correction: bool = False,
+) -> torch.Tensor:
+    """TRL 1.16's per-token k3 estimate of KL(pi_theta || pi_ref), optionally importance-corrected (token level).
+
+    ``exp(ref - logp) - (ref - logp) - 1``; with ``bias_correction`` (``use_bias_correction_kl``) multiplied by
+    ``exp(logp - old)``. (B, T).
+    """
+    delta = ref_logps - logps
+    kl = torch.exp(delta) - delta - 1
+    if bias_correction:
+        kl = kl * torch.exp(logps - old_logps)
+    return kl
+
+
+def combined_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
+    """TRL 1.16's weighted sum of the reward functions (``sum_then_normalize``); NaN where every function gave None.
+
+    (N, F) -> (N,).
+    """
+    rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
