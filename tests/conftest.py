@@ -59,7 +59,7 @@ def make_trainer(tiny_model_path, tokenizer, train_dataset, tmp_path):
         args = config_cls(**kwargs)
         return cls(
             model=tiny_model_path,
-            reward_funcs=reward_funcs or [testkit.exact_match_reward, testkit.first_char_reward],
+            reward_funcs=reward_funcs or [testkit.exact_match_reward, testkit.digit_fraction_reward],
             args=args,
             train_dataset=train_dataset,
             processing_class=tokenizer,
@@ -71,3 +71,33 @@ def make_trainer(tiny_model_path, tokenizer, train_dataset, tmp_path):
 def last_logs(trainer) -> list[dict]:
     """Per-step log entries (without the final train summary)."""
     return [h for h in trainer.state.log_history if "loss" in h]
+
+
+def scored_batch(trainer, dataset, num_prompts: int = 2, mode: str = "train"):
+    """One scored generation batch (TRL's ``_generate_and_score_completions`` output) outside ``train()``."""
+    trainer.model.train(mode == "train")
+    trainer.current_gradient_accumulation_steps = 1
+    group = trainer.num_generations
+    rows = [dataset[i] for i in range(num_prompts) for _ in range(group)]
+    return trainer._generate_and_score_completions(rows)
+
+
+class LogpProbe:
+    """Extension that keeps the differentiable log-probs of the last loss call (``.logps.grad`` after backward)."""
+
+    def __init__(self):
+        self.logps = None
+
+    def install(self, trainer):
+        from trl_grpo_ext.families import Extension
+
+        probe = self
+
+        class _Probe(Extension):
+            def modify_logps(self, logps, ctx):
+                ctx.logps.retain_grad()
+                probe.logps = ctx.logps
+                return logps
+
+        trainer.extensions = {"probe": _Probe(trainer), **trainer.extensions}
+        return self

@@ -34,9 +34,7 @@ def test_batch_and_none_scaling():
     rewards = torch.tensor([0.0, 1.0, 3.0, 5.0])
     centred = torch.tensor([-0.5, 0.5, -1.0, 1.0])
     torch.testing.assert_close(group_relative_advantages(rewards, 2, scale="none"), centred)
-    torch.testing.assert_close(
-        group_relative_advantages(rewards, 2, scale="batch"), centred / (rewards.std() + 1e-4)
-    )
+    torch.testing.assert_close(group_relative_advantages(rewards, 2, scale="batch"), centred / (rewards.std() + 1e-4))
 
 
 def test_nan_rewards_left_out_and_zeroed():

@@ -1,6 +1,6 @@
 """trl-grpo-ext: anti-collapse extensions for TRL's GRPOTrainer.
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 """
 
 from .config import GRPOExtConfig

@@ -141,7 +141,9 @@ class GRPOExtConfig(GRPOConfig):
         metadata={"help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target."},
     )
     kl_target: float = field(default=0.1, metadata={"help": "Target per-token mean KL of the adaptive controller."})
-    kl_horizon: float = field(default=10000.0, metadata={"help": "Controller horizon, in completions (Ziegler: 10000)."})
+    kl_horizon: float = field(
+        default=10000.0, metadata={"help": "Controller horizon, in completions (Ziegler: 10000)."}
+    )
     kl_beta_min: float = field(default=1e-4, metadata={"help": "Lower clamp of beta (> 0)."})
     kl_beta_max: float = field(default=1.0, metadata={"help": "Upper clamp of beta."})
 
@@ -235,7 +237,7 @@ class GRPOExtConfig(GRPOConfig):
                 self.beta,
                 f"kl_control={self.kl_control!r} needs a starting beta > 0: with beta=0 TRL creates no reference "
                 "model and the KL term can never switch on",
-                f"set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
+                "set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
             )
         if not self.kl_beta_min <= self.beta <= self.kl_beta_max:
             _fail(

@@ -111,3 +111,15 @@ def exact_match_reward(completions, answer, **kwargs) -> list[float]:
 def first_char_reward(completions, answer, **kwargs) -> list[float]:
     """Shaping reward: 0.5 when the first character of the completion is the first character of the answer."""
     return [0.5 if _text(c)[:1] == ans[:1] else 0.0 for c, ans in zip(completions, answer, strict=True)]
+
+
+def digit_fraction_reward(completions, **kwargs) -> list[float]:
+    """Dense shaping reward: the fraction of characters that are digits (0.0 for an empty completion).
+
+    Gives every group a spread of rewards even under a random policy, so tiny runs get a gradient from step one.
+    """
+    out = []
+    for completion in completions:
+        text = _text(completion)
+        out.append(sum(ch.isdigit() for ch in text) / len(text) if text else 0.0)
+    return out

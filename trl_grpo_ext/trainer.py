@@ -187,7 +187,9 @@ class GRPOExtTrainer(GRPOTrainer):
         super()._save_checkpoint(model, trial)
         state = self.ext_state_dict()
         if state and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump(state, f, indent=2)
 
@@ -198,7 +200,9 @@ class GRPOExtTrainer(GRPOTrainer):
         path = os.path.join(checkpoint, STATE_FILE)
         if not os.path.exists(path):
             if any(ext.state_dict() for ext in self.extensions.values()):
-                logger.warning("Checkpoint %s has no %s: extensions start from their initial state.", checkpoint, STATE_FILE)
+                logger.warning(
+                    "Checkpoint %s has no %s: extensions start from their initial state.", checkpoint, STATE_FILE
+                )
             return
         with open(path) as f:
             state = json.load(f)

@@ -15,7 +15,9 @@ StdKind = Literal["sample", "population"]
 ScaleKind = Literal["group", "batch", "none"]
 
 
-def nan_std(x: torch.Tensor, *, dim: int | None = None, kind: StdKind = "sample", keepdim: bool = False) -> torch.Tensor:
+def nan_std(
+    x: torch.Tensor, *, dim: int | None = None, kind: StdKind = "sample", keepdim: bool = False
+) -> torch.Tensor:
     """Standard deviation that ignores NaN entries.
 
     ``kind="sample"`` divides the squared deviations by ``n - 1`` (Bessel; TRL 1.16's ``nanstd``, NaN when n < 2),

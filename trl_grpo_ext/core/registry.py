@@ -30,7 +30,7 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str, *, override: bool = False) -> Callable[[T], T]:
-        """Decorator that registers ``obj`` under ``name``; a second registration of a name raises unless ``override``."""
+        """Decorator registering an object under ``name``; registering a name twice raises unless ``override``."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"A {self.family} must be registered under a non-empty string name, got {name!r}.")
 

@@ -102,7 +102,7 @@ def pf_keep_mask(
     fn = SAMPLE_FILTER_STRATEGIES.get(strategy)
     if rewards.dim() != 1 or group_size < 1 or rewards.numel() % group_size != 0:
         raise ValueError(
-            f"rewards must be 1-D with a multiple of group_size ({group_size}) entries, got shape {tuple(rewards.shape)}."
+            f"rewards must be 1-D with a multiple of group_size ({group_size}) entries, got {tuple(rewards.shape)}."
         )
     grouped = rewards.view(-1, group_size)  # (P, G)
     keep = fn(grouped, generator)

@@ -17,9 +17,9 @@ subclass :class:`Extension`, register it, and select it by name; the trainer nee
 
 from __future__ import annotations
 
+from . import advantage, kl_control, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
 from .base import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
 from .base import registry_for as registry_for
-from . import advantage, kl_control, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

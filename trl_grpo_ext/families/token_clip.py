@@ -25,9 +25,9 @@ class _CovarianceClip(Extension):
         coll = self.trainer.ext_collectives
         cov = token_covariance(logps, ctx.advantages, ctx.mask, collectives=self.collectives())
         valid = ctx.mask.bool()
-        stats = torch.stack(
-            [valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()]
-        ).to(logps.device)
+        stats = torch.stack([valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()]).to(
+            logps.device
+        )
         n_valid, n_sel, cov_sum, sel_cov_sum = coll.all_sum(stats).tolist()
         self.log_metric(ctx.mode, f"{self.prefix}/selected_frac", n_sel / max(n_valid, 1.0))
         self.log_metric(ctx.mode, f"{self.prefix}/cov_mean", cov_sum / max(n_valid, 1.0))

@@ -1,0 +1,188 @@
+import dataclasses
+import typing
+
+import pytest
+import yaml
+from trl import TrlParser
+
+from trl_grpo_ext import GRPOExtConfig
+
+BASE = dict(
+    output_dir="unused", use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=8, num_generations=4
+)
+
+
+def make(**kw):
+    return GRPOExtConfig(**{**BASE, **kw})
+
+
+def test_defaults_are_trl_behaviour():
+    cfg = make()
+    assert (cfg.advantage_estimator, cfg.advantage_std, cfg.token_clip, cfg.sample_filter, cfg.kl_control) == (
+        "grpo",
+        "sample",
+        "none",
+        "none",
+        "fixed",
+    )
+
+
+# Each bad config: the field that must be named in the message and a word of the fix.
+BAD = [
+    (dict(advantage_estimator="gae"), "advantage_estimator", "use one of"),
+    (dict(advantage_std="bessel"), "advantage_std", "use one of"),
+    (
+        dict(advantage_std="population", multi_objective_aggregation="normalize_then_sum"),
+        "advantage_std",
+        "sum_then_normalize",
+    ),
+    (dict(token_clip="clip_higher"), "token_clip", "use one of"),
+    (dict(token_clip_scope="world"), "token_clip_scope", "use one of"),
+    (dict(clip_cov_ratio=0.0), "clip_cov_ratio", "fraction"),
+    (dict(clip_cov_ratio=2.0), "clip_cov_ratio", "fraction"),
+    (dict(kl_cov_ratio=-1e-3), "kl_cov_ratio", "fraction"),
+    (dict(clip_cov_lb=5.0, clip_cov_ub=1.0), "clip_cov_lb", "clip_cov_ub"),
+    (dict(kl_cov_coef=0.0), "kl_cov_coef", "kl_cov_coef=1.0"),
+    (dict(kl_cov_coef=float("nan")), "kl_cov_coef", "finite"),
+    (dict(token_clip="kl_cov"), "token_clip", "num_iterations=2"),
+    (
+        dict(token_clip="clip_cov", importance_sampling_level="sequence"),
+        "token_clip",
+        "importance_sampling_level='token'",
+    ),
+    (dict(sample_filter="top_k"), "sample_filter", "best_worst"),
+    (dict(kl_control="pid"), "kl_control", "adaptive"),
+    (dict(kl_control="adaptive", beta=0.0), "beta", "beta=0.04"),
+    (dict(kl_control="adaptive", beta=2.0), "beta", "kl_beta_max"),
+    (dict(kl_beta_min=0.0), "kl_beta_min", "kl_beta_min=1e-4"),
+    (dict(kl_beta_min=0.5, kl_beta_max=0.1), "kl_beta_max", "raise kl_beta_max"),
+    (dict(kl_target=0.0), "kl_target", "kl_target=0.1"),
+    (dict(kl_target=float("inf")), "kl_target", "finite"),
+    (dict(kl_horizon=0), "kl_horizon", "kl_horizon=10000"),
+]
+
+
+@pytest.mark.parametrize("overrides, field, fix", BAD, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_config_names_field_and_fix(overrides, field, fix):
+    with pytest.raises(ValueError) as info:
+        make(**overrides)
+    message = str(info.value)
+    assert f"GRPOExtConfig.{field}=" in message
+    assert "Fix:" in message and fix in message
+
+
+def test_kl_cov_off_policy_is_accepted():
+    assert make(token_clip="kl_cov", num_iterations=2).is_off_policy
+    assert make(token_clip="kl_cov", steps_per_generation=2).is_off_policy
+
+
+def test_every_extension_field_documented_and_literal_switches():
+    ours = [
+        f
+        for f in dataclasses.fields(GRPOExtConfig)
+        if f.name not in {g.name for g in dataclasses.fields(GRPOExtConfig.__mro__[1])}
+    ]
+    assert len(ours) >= 15
+    hints = typing.get_type_hints(GRPOExtConfig)
+    for f in ours:
+        assert f.metadata.get("help"), f"{f.name} has no help"
+        assert f.name in GRPOExtConfig.__doc__, f"{f.name} missing from the docstring"
+    for switch in (
+        "advantage_estimator",
+        "advantage_std",
+        "token_clip",
+        "token_clip_scope",
+        "sample_filter",
+        "kl_control",
+    ):
+        assert typing.get_origin(hints[switch]) is typing.Literal
+
+
+def test_no_field_shadows_trl():
+    from trl import GRPOConfig
+
+    trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    ours = {f.name for f in dataclasses.fields(GRPOExtConfig)} - trl_fields
+    assert not ours & {"entropy_coef", "entropy_target", "beta", "epsilon"}
+    assert {"token_clip", "sample_filter", "kl_control"} <= ours
+
+
+CLI = [
+    "--output_dir",
+    "o",
+    "--use_cpu",
+    "--bf16",
+    "false",
+    "--report_to",
+    "none",
+    "--per_device_train_batch_size",
+    "8",
+    "--num_generations",
+    "4",
+]
+
+
+def test_trl_parser_command_line():
+    (cfg,) = TrlParser((GRPOExtConfig,)).parse_args_and_config(
+        CLI
+        + [
+            "--token_clip",
+            "clip_cov",
+            "--clip_cov_ratio",
+            "0.01",
+            "--sample_filter",
+            "best_worst",
+            "--kl_control",
+            "adaptive",
+            "--beta",
+            "0.04",
+            "--kl_target",
+            "0.2",
+            "--token_clip_scope",
+            "global",
+        ]
+    )
+    assert (cfg.token_clip, cfg.clip_cov_ratio, cfg.sample_filter, cfg.kl_control, cfg.kl_target) == (
+        "clip_cov",
+        0.01,
+        "best_worst",
+        "adaptive",
+        0.2,
+    )
+    assert cfg.token_clip_scope == "global"
+
+
+def test_trl_parser_rejects_unknown_switch_value():
+    with pytest.raises(SystemExit):
+        TrlParser((GRPOExtConfig,)).parse_args_and_config(CLI + ["--token_clip", "bogus"])
+
+
+def test_trl_parser_yaml_config(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "token_clip": "kl_cov",
+                "num_iterations": 2,
+                "kl_cov_ratio": 0.002,
+                "sample_filter": "nonzero_std",
+                "advantage_std": "population",
+            }
+        )
+    )
+    (cfg,) = TrlParser((GRPOExtConfig,)).parse_args_and_config(CLI + ["--config", str(path)])
+    assert (cfg.token_clip, cfg.num_iterations, cfg.sample_filter, cfg.advantage_std) == (
+        "kl_cov",
+        2,
+        "nonzero_std",
+        "population",
+    )
+
+
+def test_help_lists_fields(capsys):
+    with pytest.raises(SystemExit):
+        TrlParser((GRPOExtConfig,)).parse_args_and_config(["--help"])
+    out = capsys.readouterr().out
+    for name in ("--token_clip", "--clip_cov_ratio", "--sample_filter", "--kl_control", "--kl_target"):
+        assert name in out
+    assert "Cui et al. 2025" in " ".join(out.split())

@@ -1,0 +1,272 @@
+"""Tiny-model runs and exact checks of each family inside the trainer, alone and all together."""
+
+import json
+import logging
+import math
+
+import pytest
+import torch
+from conftest import LogpProbe, last_logs, scored_batch
+from transformers import AutoModelForCausalLM
+
+from trl_grpo_ext import GRPOExtTrainer
+from trl_grpo_ext.core import kl_cov_mask
+from trl_grpo_ext.families.sample_filter import KEEP_KEY
+from trl_grpo_ext.trl_compat import aggregate_like_loss_type
+
+FEATURES = {
+    "population_std": dict(advantage_std="population"),
+    "clip_cov": dict(token_clip="clip_cov", clip_cov_ratio=0.05, clip_cov_lb=-100.0, clip_cov_ub=100.0, beta=0.04),
+    "clip_cov_global": dict(token_clip="clip_cov", token_clip_scope="global", clip_cov_ratio=0.05, clip_cov_lb=-100.0),
+    "kl_cov": dict(token_clip="kl_cov", num_iterations=2, kl_cov_ratio=0.05),
+    "best_of_n": dict(sample_filter="best_of_n"),
+    "best_random": dict(sample_filter="best_random", beta=0.04),
+    "best_worst": dict(sample_filter="best_worst", loss_type="grpo"),
+    "nonzero_std": dict(sample_filter="nonzero_std"),
+    "adaptive_kl": dict(kl_control="adaptive", beta=0.04, kl_target=0.01, kl_horizon=100),
+    "all_clip_cov": dict(
+        advantage_std="population",
+        token_clip="clip_cov",
+        clip_cov_ratio=0.05,
+        clip_cov_lb=-100.0,
+        sample_filter="best_worst",
+        kl_control="adaptive",
+        beta=0.04,
+        kl_horizon=100,
+        loss_type="grpo",
+    ),
+    "all_kl_cov": dict(
+        advantage_std="population",
+        token_clip="kl_cov",
+        num_iterations=2,
+        kl_cov_ratio=0.05,
+        token_clip_scope="global",
+        sample_filter="best_random",
+        kl_control="adaptive",
+        beta=0.04,
+        kl_horizon=100,
+    ),
+}
+EXPECTED_METRICS = {
+    "clip_cov": ["clip_cov/selected_frac", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac"],
+    "kl_cov": ["kl_cov/selected_frac", "kl_cov/cov_mean", "kl_cov/penalty_mean"],
+    "filter": ["filter/kept_frac", "filter/kept_reward_mean", "filter/groups_kept_frac"],
+    "kl": ["kl/beta", "kl/value", "kl/target"],
+}
+
+
+def _expected_keys(cfg):
+    keys = []
+    if cfg.get("token_clip"):
+        keys += EXPECTED_METRICS[cfg["token_clip"]]
+    if cfg.get("sample_filter"):
+        keys += EXPECTED_METRICS["filter"]
+    if cfg.get("kl_control"):
+        keys += EXPECTED_METRICS["kl"]
+    return keys
+
+
+@pytest.mark.parametrize("name", list(FEATURES))
+def test_tiny_training_run(make_trainer, tiny_model_path, name):
+    cfg = FEATURES[name]
+    trainer = make_trainer(max_steps=4, **cfg)
+    trainer.train()
+    logs = last_logs(trainer)
+    assert len(logs) == 4
+    assert all(math.isfinite(h["loss"]) for h in logs)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    trained = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(p, trained[k].detach()) for k, p in initial.named_parameters())
+    for key in _expected_keys(cfg):
+        assert any(key in h for h in logs), f"{key} not logged"
+    if cfg.get("kl_control") == "adaptive":
+        betas = [h["kl/beta"] for h in logs]
+        assert betas[0] == 0.04 and len(set(betas)) > 1
+        assert all(cfg.get("kl_beta_min", 1e-4) <= b <= 1.0 for b in betas)
+
+
+def test_population_std_advantages_in_batch(make_trainer, train_dataset):
+    from trl_grpo_ext.core import group_relative_advantages
+
+    trainer = make_trainer(advantage_std="population")
+    out = scored_batch(trainer, train_dataset)
+    rewards = torch.tensor(list(trainer._logs["rewards"]["exact_match_reward"])) + torch.tensor(
+        list(trainer._logs["rewards"]["digit_fraction_reward"])
+    )
+    expected = group_relative_advantages(rewards, 4, std="population")
+    torch.testing.assert_close(out["advantages"], expected)
+    torch.testing.assert_close(torch.tensor(list(trainer._logs["advantages"])), expected)
+
+
+def _micro_batch(trainer, train_dataset, seed=0):
+    out = scored_batch(trainer, train_dataset)
+    gen = torch.Generator().manual_seed(seed)
+    out["advantages"] = torch.randn(out["advantages"].shape, generator=gen)
+    return out
+
+
+def test_clip_cov_removes_exactly_the_selected_tokens_policy_gradient(make_trainer, train_dataset):
+    trainer = make_trainer(
+        token_clip="clip_cov", clip_cov_ratio=0.25, clip_cov_lb=-100.0, clip_cov_ub=100.0, beta=0.1, loss_type="bnpo"
+    )
+    probe = LogpProbe().install(trainer)
+    inputs = _micro_batch(trainer, train_dataset)
+    inputs["ref_per_token_logps"] = inputs["ref_per_token_logps"] + 0.5  # a non-zero KL gradient everywhere
+    loss = trainer._compute_loss(trainer.model, inputs)
+    loss.backward()
+    grad_clipped = probe.logps.grad.clone()
+    selected = trainer._metrics["train"]["clip_cov/selected_frac"][-1]
+    assert selected > 0
+    # Reference: no clip, but token-level advantages zeroed where Clip-Cov selected: the policy term vanishes there,
+    # the KL term stays; every other token is unchanged.
+    ext = trainer.extensions.pop("token_clip")
+    captured = {}
+
+    class Capture(type(ext)):
+        def modify_logps(self, logps, ctx):
+            out = super().modify_logps(logps, ctx)
+            captured["sel"] = ctx.selected
+            return out
+
+    trainer.extensions["token_clip"] = Capture(trainer)
+    trainer.model.zero_grad()
+    trainer._compute_loss(trainer.model, inputs).backward()
+    sel = captured["sel"]
+    torch.testing.assert_close(probe.logps.grad, grad_clipped)  # same seed, same selection
+    trainer.extensions.pop("token_clip")
+    adv = inputs["advantages"].unsqueeze(1).expand_as(sel).masked_fill(sel, 0.0)
+    trainer.model.zero_grad()
+    ref_loss = trainer._compute_loss(trainer.model, {**inputs, "advantages": adv})
+    ref_loss.backward()
+    torch.testing.assert_close(probe.logps.grad, grad_clipped)
+    mask = inputs["completion_mask"].bool()
+    assert int(sel.sum()) == max(1, math.floor(0.25 * int(mask.sum())))
+
+
+def test_kl_cov_penalty_value_and_gradient(make_trainer, train_dataset):
+    trainer = make_trainer(
+        token_clip="kl_cov", num_iterations=2, kl_cov_ratio=0.2, kl_cov_coef=0.7, loss_type="dr_grpo"
+    )
+    assert trainer.epsilon_low == math.inf and trainer.epsilon_high == math.inf  # paper: no PPO clip
+    probe = LogpProbe().install(trainer)
+    inputs = _micro_batch(trainer, train_dataset)
+    old = inputs["old_per_token_logps"] + 0.3 * torch.randn(inputs["old_per_token_logps"].shape)
+    inputs["old_per_token_logps"] = old
+    with_penalty = trainer._compute_loss(trainer.model, inputs)
+    with_penalty.backward()
+    grad_with = probe.logps.grad.clone()
+    logps = probe.logps.detach()
+    mask = inputs["completion_mask"]
+    sel = kl_cov_mask(logps, inputs["advantages"], mask, ratio=0.2)
+    ext = trainer.extensions.pop("token_clip")
+    trainer.model.zero_grad()
+    without = trainer._compute_loss(trainer.model, inputs)
+    without.backward()
+    grad_without = probe.logps.grad.clone()
+
+    def agg(x):
+        return aggregate_like_loss_type(
+            x,
+            mask,
+            loss_type="dr_grpo",
+            training=True,
+            gradient_accumulation_steps=1,
+            steps_per_generation=trainer.args.steps_per_generation,
+            num_processes=1,
+            max_completion_length=trainer.max_completion_length,
+            num_items_in_batch=inputs["num_items_in_batch"],
+        )
+
+    torch.testing.assert_close(with_penalty - without, 0.7 * agg((logps - old).abs() * sel))
+    weights = torch.zeros_like(logps, requires_grad=True)
+    agg(weights).backward()
+    expected_grad = 0.7 * torch.sign(logps - old) * sel * weights.grad
+    torch.testing.assert_close(grad_with - grad_without, expected_grad)
+    assert int(sel.sum()) == max(1, math.floor(0.2 * int(mask.sum())))
+    assert ext.prefix == "kl_cov"
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "sapo", "cispo", "vespo"])
+def test_filtered_loss_equals_loss_on_kept_rows(make_trainer, train_dataset, loss_type):
+    """Masking rows (with num_items recount and per-sequence rescale) == physically removing them, KL included."""
+    trainer = make_trainer(
+        sample_filter="best_worst", loss_type=loss_type, beta=0.2, epsilon_high=5.0, entropy_coef=0.01
+    )
+    out = scored_batch(trainer, train_dataset)
+    keep = out[KEEP_KEY]
+    assert 0 < int(keep.sum()) < keep.numel()
+    assert out["num_items_in_batch"] == (out["completion_mask"] * out["tool_mask"]).sum()
+    out["ref_per_token_logps"] = out["ref_per_token_logps"] + 0.2
+    masked_loss = trainer._compute_loss(trainer.model, out)
+    masked_loss.backward()
+    masked_grads = [p.grad.clone() for p in trainer.model.parameters()]
+    trainer.model.zero_grad()
+    removed = {
+        k: (v[keep] if torch.is_tensor(v) and v.dim() > 0 else v)
+        for k, v in out.items()
+        if k not in (KEEP_KEY, "tool_mask")
+    }
+    removed_loss = trainer._compute_loss(trainer.model, removed)
+    removed_loss.backward()
+    torch.testing.assert_close(masked_loss, removed_loss)
+    for a, p in zip(masked_grads, trainer.model.parameters()):
+        torch.testing.assert_close(a, p.grad)
+
+
+def test_every_row_filtered_trains_with_zero_loss_and_warns(make_trainer, caplog):
+    def constant(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    trainer = make_trainer(sample_filter="nonzero_std", reward_funcs=[constant], max_steps=2, loss_type="dapo")
+    with caplog.at_level(logging.WARNING, logger="trl_grpo_ext"):
+        trainer.train()
+    logs = last_logs(trainer)
+    assert [h["loss"] for h in logs] == [0.0, 0.0]
+    assert all(h["filter/all_filtered"] == 1.0 and h["filter/kept_frac"] == 0.0 for h in logs)
+    assert "dropped every completion" in caplog.text
+
+
+def test_infinite_reward_is_refused(make_trainer):
+    def broken(completions, **kwargs):
+        return [float("inf")] + [0.0] * (len(completions) - 1)
+
+    trainer = make_trainer(reward_funcs=[broken])
+    with pytest.raises(ValueError, match=r"\['broken'\] returned an infinite reward"):
+        trainer.train()
+
+
+def test_plain_grpo_config_is_refused(tiny_model_path, tokenizer, train_dataset, tmp_path):
+    from trl import GRPOConfig
+
+    with pytest.raises(TypeError, match="GRPOExtConfig"):
+        GRPOExtTrainer(
+            model=tiny_model_path,
+            reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
+            args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none"),
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+        )
+
+
+def test_adaptive_kl_state_saved_and_resumed(make_trainer, tmp_path):
+    cfg = dict(
+        kl_control="adaptive",
+        beta=0.04,
+        kl_target=0.01,
+        kl_horizon=50,
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+    )
+    full = make_trainer(**cfg)
+    full.train()
+    betas_full = [h["kl/beta"] for h in last_logs(full)]
+    state = json.loads((tmp_path / "out" / "checkpoint-2" / "grpo_ext_state.json").read_text())
+    assert state["kl_control"]["value"] == pytest.approx(betas_full[2])
+    assert state["kl_control"]["num_updates"] == 2
+
+    resumed = make_trainer(**cfg)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    betas_resumed = [h["kl/beta"] for h in last_logs(resumed)]
+    assert betas_resumed[-2:] == pytest.approx(betas_full[-2:], rel=1e-6)
+    assert resumed.beta == pytest.approx(full.beta, rel=1e-6)

@@ -1,0 +1,165 @@
+"""Contract tests on the TRL 1.16 internals trl_grpo_ext relies on: an upgrade that breaks them fails here, loudly."""
+
+import inspect
+
+import pytest
+import torch
+import trl
+from conftest import scored_batch
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_grpo_ext.trl_compat import TRL_VERSION, aggregate_like_loss_type, combined_rewards, per_token_kl
+
+
+def params(fn):
+    return list(inspect.signature(fn).parameters)
+
+
+def test_trl_version_is_the_pinned_minor():
+    assert trl.__version__.startswith(TRL_VERSION + "."), trl.__version__
+
+
+def test_hook_signatures():
+    assert params(GRPOTrainer._calculate_rewards) == [
+        "self",
+        "inputs",
+        "prompts",
+        "completions",
+        "completion_ids_list",
+    ]
+    assert params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
+    assert params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
+    assert params(GRPOTrainer._get_per_token_logps_and_entropies)[:7] == [
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+    ]
+    assert params(GRPOTrainer._save_checkpoint) == ["self", "model", "trial"]
+    assert params(GRPOTrainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
+
+
+def test_loss_reads_tool_mask_and_live_beta():
+    src = inspect.getsource(GRPOTrainer._compute_loss)
+    assert 'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]' in src
+    assert "self._get_per_token_logps_and_entropies(" in src
+    assert "per_token_loss = per_token_loss + self.beta * per_token_kl" in src
+    assert "if advantages.dim() == 1:" in src  # (B, T) advantages pass through
+    gen = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "if self.beta != 0.0:" in gen
+    assert "rewards_per_func = self._calculate_rewards(" in gen
+    prep = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "self._generate_and_score_completions(generation_batch)" in prep
+    assert prep.index("_generate_and_score_completions") < prep.index("shuffle_sequence_dict")
+
+
+def test_trainer_attributes_and_output_keys(make_trainer, train_dataset):
+    trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, beta=0.04)
+    for name in (
+        "beta",
+        "epsilon_low",
+        "epsilon_high",
+        "loss_type",
+        "num_generations",
+        "num_generations_eval",
+        "reward_weights",
+        "reward_func_names",
+        "scale_rewards",
+        "max_completion_length",
+        "_metrics",
+        "_logs",
+        "_step",
+        "accelerator",
+    ):
+        assert hasattr(trainer, name), name
+    out = scored_batch(trainer, train_dataset)
+    assert {
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "advantages",
+        "num_items_in_batch",
+        "ref_per_token_logps",
+    } <= set(out)
+    assert out["advantages"].shape == (8,) and out["num_items_in_batch"].dim() == 0
+    assert len(trainer._logs["advantages"]) == 8
+    # TRL's logged reward is the nan-mean of the weighted sum we recompute.
+    rewards = torch.tensor(list(trainer._logs["rewards"]["exact_match_reward"]))
+    shaping = torch.tensor(list(trainer._logs["rewards"]["digit_fraction_reward"]))
+    combined = combined_rewards(torch.stack([rewards, shaping], 1), trainer.reward_weights)
+    assert trainer._metrics["train"]["reward"][-1] == pytest.approx(combined.nanmean().item())
+
+
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "sapo", "cispo", "vespo"]
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("training", [True, False])
+def test_aggregation_parity_with_trl_loss(make_trainer, train_dataset, loss_type, training):
+    """On-policy (ratio 1) TRL's loss of token-level advantages -X is its aggregation of a known per-token term."""
+    trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, loss_type=loss_type, epsilon_high=5.0)
+    out = scored_batch(trainer, train_dataset, mode="train" if training else "eval")
+    trainer.current_gradient_accumulation_steps = 2
+    x = torch.randn(out["completion_mask"].shape, generator=torch.Generator().manual_seed(0))
+    inputs = {**out, "advantages": -x}
+    loss = trainer._compute_loss(trainer.model, inputs)
+    if loss_type == "sapo":
+        temp = torch.where(-x > 0, trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg)
+        per_token = 2.0 / temp * x
+    elif loss_type in ("cispo", "vespo"):
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model,
+            torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
+            torch.cat([out["prompt_mask"], out["completion_mask"]], 1),
+            out["completion_ids"].size(1),
+        )
+        per_token = x * logps.detach()
+    else:
+        per_token = x
+    expected = aggregate_like_loss_type(
+        per_token,
+        out["completion_mask"],
+        loss_type=loss_type,
+        training=training,
+        gradient_accumulation_steps=2,
+        steps_per_generation=trainer.args.steps_per_generation,
+        num_processes=1,
+        max_completion_length=trainer.max_completion_length,
+        num_items_in_batch=out["num_items_in_batch"],
+    )
+    torch.testing.assert_close(loss.detach(), expected.detach())
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_kl_term_parity_with_trl(make_trainer, train_dataset, loss_type):
+    trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, loss_type=loss_type, beta=0.3)
+    out = scored_batch(trainer, train_dataset)
+    ref = out["ref_per_token_logps"] + 0.3 * torch.randn(out["ref_per_token_logps"].shape)
+    inputs = {**out, "advantages": torch.zeros(8), "ref_per_token_logps": ref}
+    loss = trainer._compute_loss(trainer.model, inputs)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model,
+        torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
+        torch.cat([out["prompt_mask"], out["completion_mask"]], 1),
+        out["completion_ids"].size(1),
+    )
+    expected = 0.3 * aggregate_like_loss_type(
+        per_token_kl(logps.detach(), ref),
+        out["completion_mask"],
+        loss_type=loss_type,
+        training=True,
+        gradient_accumulation_steps=1,
+        steps_per_generation=trainer.args.steps_per_generation,
+        num_processes=1,
+        max_completion_length=trainer.max_completion_length,
+        num_items_in_batch=out["num_items_in_batch"],
+    )
+    torch.testing.assert_close(loss.detach(), expected)
+    assert trainer._metrics["train"]["kl"][-1] == pytest.approx(
+        (per_token_kl(logps.detach(), ref) * out["completion_mask"]).sum().item() / out["completion_mask"].sum().item(),
+        rel=1e-5,
+    )
