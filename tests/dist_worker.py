@@ -1,0 +1,108 @@
+"""Run under ``torchrun --nproc_per_node 2`` (gloo, CPU) by tests/test_distributed.py; writes rank-0 results as JSON."""
+
+import json
+import math
+import os
+import sys
+
+import torch
+from accelerate import Accelerator
+
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+from trl_grpo_ext.core import clip_cov_mask, kl_cov_mask, num_selected, token_covariance
+from trl_grpo_ext.trainer import AccelerateCollectives
+
+
+def global_selection_check(accelerator):
+    coll = AccelerateCollectives(accelerator)
+    gen = torch.Generator().manual_seed(123)  # same stream on both ranks: each takes its own half
+    logps_all, adv_all = torch.randn(8, 16, generator=gen), torch.randn(8, generator=gen)
+    mask_all = (torch.rand(8, 16, generator=gen) > 0.2).long()
+    rows = slice(4 * coll.rank, 4 * coll.rank + 4)
+    logps, adv, mask = logps_all[rows], adv_all[rows], mask_all[rows]
+    cov = token_covariance(logps, adv, mask, collectives=coll)
+    kl = kl_cov_mask(logps, adv, mask, ratio=0.05, collectives=coll)
+    clip = clip_cov_mask(
+        logps,
+        adv,
+        mask,
+        ratio=0.05,
+        lb=-0.5,
+        ub=2.0,
+        collectives=coll,
+        generator=torch.Generator().manual_seed(7 + coll.rank),
+    )
+    gathered = {name: accelerator.gather(t.contiguous()) for name, t in (("cov", cov), ("kl", kl), ("clip", clip))}
+    ref_cov = token_covariance(logps_all, adv_all, mask_all)
+    ref_kl = kl_cov_mask(logps_all, adv_all, mask_all, ratio=0.05)
+    window = (ref_cov > -0.5) & (ref_cov < 2.0) & mask_all.bool()
+    return {
+        "cov_equal": bool(torch.allclose(gathered["cov"], ref_cov, atol=1e-6)),
+        "kl_equal": bool(torch.equal(gathered["kl"], ref_kl)),
+        "kl_count": int(gathered["kl"].sum()),
+        "clip_count": int(gathered["clip"].sum()),
+        "clip_in_window": bool((gathered["clip"] <= window).all()),
+        "k": num_selected(int(mask_all.sum()), 0.05),
+    }
+
+
+def tiny_training(out_dir):
+    path = testkit.save_tiny_model(os.path.join(out_dir, "model")) if int(os.environ["RANK"]) == 0 else None
+    torch.distributed.barrier()
+    path = os.path.join(out_dir, "model")
+    args = GRPOExtConfig(
+        output_dir=os.path.join(out_dir, "run"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        save_strategy="no",
+        disable_tqdm=True,
+        beta=0.04,
+        kl_control="adaptive",
+        kl_horizon=50,
+        token_clip="clip_cov",
+        token_clip_scope="global",
+        clip_cov_ratio=0.05,
+        clip_cov_lb=-100.0,
+        sample_filter="best_worst",
+        advantage_std="population",
+        loss_type="grpo",
+    )
+    trainer = GRPOExtTrainer(
+        model=path,
+        reward_funcs=[testkit.exact_match_reward, testkit.digit_fraction_reward],
+        args=args,
+        train_dataset=testkit.arithmetic_dataset(64, seed=0),
+        processing_class=testkit.build_char_tokenizer(),
+    )
+    trainer.train()
+    betas = trainer.accelerator.gather(torch.tensor([trainer.beta], dtype=torch.float64)).tolist()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return {
+        "betas": betas,
+        "losses_finite": all(math.isfinite(h["loss"]) for h in logs),
+        "steps": len(logs),
+        "selected_logged": all("clip_cov/selected_frac" in h for h in logs),
+        "num_processes": trainer.accelerator.num_processes,
+    }
+
+
+def main():
+    out_dir = sys.argv[1]
+    accelerator = Accelerator(cpu=True)
+    result = {"selection": global_selection_check(accelerator)}
+    result["training"] = tiny_training(out_dir)
+    if accelerator.is_main_process:
+        with open(os.path.join(out_dir, "result.json"), "w") as f:
+            json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
