@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 WORKER = Path(__file__).with_name("dist_worker.py")
 
 
