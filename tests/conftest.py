@@ -51,10 +51,10 @@ TINY_ARGS = dict(
 
 @pytest.fixture
 def make_trainer(tiny_model_path, tokenizer, train_dataset, tmp_path):
-    """Build a tiny trainer: ``make_trainer(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, **config_overrides)``."""
+    """Build a tiny trainer: ``make_trainer(cls, config_cls, reward_funcs, trainer_kwargs, **config_fields)``."""
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
 
-    def factory(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, reward_funcs=None, **overrides):
+    def factory(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, reward_funcs=None, trainer_kwargs=None, **overrides):
         kwargs = {**TINY_ARGS, "output_dir": str(tmp_path / "out"), **overrides}
         args = config_cls(**kwargs)
         return cls(
@@ -63,6 +63,7 @@ def make_trainer(tiny_model_path, tokenizer, train_dataset, tmp_path):
             args=args,
             train_dataset=train_dataset,
             processing_class=tokenizer,
+            **(trainer_kwargs or {}),
         )
 
     return factory

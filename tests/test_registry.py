@@ -23,7 +23,7 @@ def test_register_get_and_duplicate_guard():
 
 
 def test_builtin_family_names():
-    assert ADVANTAGE_ESTIMATORS.names() == ["grpo"]
+    assert ADVANTAGE_ESTIMATORS.names() == ["grpo", "prm"]
     assert TOKEN_CLIPS.names() == ["clip_cov", "kl_cov", "none"]
     assert KL_CONTROLLERS.names() == ["adaptive", "fixed"]
     assert registry_for("sample_filter").names() == [

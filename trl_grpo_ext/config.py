@@ -27,10 +27,39 @@ class GRPOExtConfig(GRPOConfig):
         > Advantage estimation
 
         advantage_estimator (`str`, *optional*, defaults to `"grpo"`):
-            How advantages are computed. `"grpo"`: TRL's group-normalised outcome reward.
+            How advantages are computed. `"grpo"`: TRL's group-normalised outcome reward. `"prm"`: process
+            supervision (DeepSeekMath sec. 4.1.3): step rewards normalised over the group, token advantage = sum of the
+            normalised rewards of the steps ending at or after the token. Step rewards come from
+            `GRPOExtTrainer(step_reward_funcs=...)` and/or the PRM model `prm_model_name_or_path`.
         advantage_std (`str`, *optional*, defaults to `"sample"`):
             Standard deviation used to normalise rewards in a group: `"sample"` (n - 1, TRL's default) or
             `"population"` (n, as written in DeepSeekMath and the seed document).
+
+        > Process reward (`advantage_estimator="prm"`)
+
+        prm_step_separator (`str`, *optional*, defaults to `"\n"`):
+            Text that ends a step (TRL's PRM `step_separator`). Blank steps are skipped; a completion without it is one
+            step; the last step ends at the completion's last token.
+        prm_step_separator_token_id (`int`, *optional*):
+            Cut steps after each occurrence of this token id instead of splitting the text.
+        prm_std (`str`, *optional*, defaults to `"population"`):
+            Std used to normalise the step rewards of a group (`"population"` or `"sample"`).
+        prm_outcome_coef (`float`, *optional*, defaults to `0.0`):
+            Adds `prm_outcome_coef * A_outcome` (the group-normalised outcome advantage) to every token.
+        prm_model_name_or_path (`str`, *optional*):
+            A PRM scoring the steps: a token-classification model in TRL's PRMTrainer format, or a causal LM scoring a
+            step tag (see `prm_model_type`). Runs on the trainer's device without gradients.
+        prm_model_type (`str`, *optional*, defaults to `"token_classification"`):
+            `"token_classification"` (P(correct) at each step's last token) or `"causal_lm"` (Math-Shepherd style:
+            P(good) / (P(good) + P(bad)) at each step tag).
+        prm_batch_size (`int`, *optional*, defaults to `8`):
+            Sequences per PRM forward pass.
+        prm_causal_step_tag (`str`, *optional*, defaults to `"ки"`):
+            Step tag of a causal-LM PRM (one token).
+        prm_causal_good_token (`str`, *optional*, defaults to `"+"`):
+            Token meaning "good step" for a causal-LM PRM.
+        prm_causal_bad_token (`str`, *optional*, defaults to `"-"`):
+            Token meaning "bad step" for a causal-LM PRM.
 
         > Token-level clipping (Cui et al. 2025, arXiv 2505.22617)
 
@@ -79,9 +108,12 @@ class GRPOExtConfig(GRPOConfig):
     """
 
     # Advantage estimation
-    advantage_estimator: Literal["grpo"] = field(
+    advantage_estimator: Literal["grpo", "prm"] = field(
         default="grpo",
-        metadata={"help": "How advantages are computed. 'grpo': TRL's group-normalised outcome reward."},
+        metadata={
+            "help": "How advantages are computed. 'grpo': TRL's group-normalised outcome reward. 'prm': process "
+            "supervision from step rewards (DeepSeekMath sec. 4.1.3)."
+        },
     )
     advantage_std: Literal["sample", "population"] = field(
         default="sample",
@@ -90,6 +122,29 @@ class GRPOExtConfig(GRPOConfig):
             "(n, DeepSeekMath and the seed document)."
         },
     )
+
+    # Process reward
+    prm_step_separator: str = field(default="\n", metadata={"help": "Text that ends a step (TRL's PRM convention)."})
+    prm_step_separator_token_id: int | None = field(
+        default=None, metadata={"help": "Cut steps after this token id instead of splitting the text."}
+    )
+    prm_std: Literal["population", "sample"] = field(
+        default="population", metadata={"help": "Std used to normalise the step rewards of a group."}
+    )
+    prm_outcome_coef: float = field(
+        default=0.0, metadata={"help": "Adds prm_outcome_coef * the outcome advantage to every token."}
+    )
+    prm_model_name_or_path: str | None = field(
+        default=None, metadata={"help": "PRM model scoring the steps (token-classification or causal LM)."}
+    )
+    prm_model_type: Literal["token_classification", "causal_lm"] = field(
+        default="token_classification",
+        metadata={"help": "'token_classification' (TRL PRMTrainer format) or 'causal_lm' (Math-Shepherd step tag)."},
+    )
+    prm_batch_size: int = field(default=8, metadata={"help": "Sequences per PRM forward pass."})
+    prm_causal_step_tag: str = field(default="ки", metadata={"help": "Step tag of a causal-LM PRM (one token)."})
+    prm_causal_good_token: str = field(default="+", metadata={"help": "'Good step' token of a causal-LM PRM."})
+    prm_causal_bad_token: str = field(default="-", metadata={"help": "'Bad step' token of a causal-LM PRM."})
 
     # Token-level clipping
     token_clip: Literal["none", "clip_cov", "kl_cov"] = field(
@@ -150,6 +205,7 @@ class GRPOExtConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         self._check_switches()
+        self._check_prm()
         self._check_token_clip()
         self._check_kl_control()
 
@@ -173,6 +229,33 @@ class GRPOExtConfig(GRPOConfig):
                 f"it recomputes the sum_then_normalize advantages, but multi_objective_aggregation is "
                 f"{self.multi_objective_aggregation!r}",
                 "set multi_objective_aggregation='sum_then_normalize' or keep advantage_std='sample'",
+            )
+
+    def _check_prm(self) -> None:
+        for name, allowed in (
+            ("prm_std", ("population", "sample")),
+            ("prm_model_type", ("token_classification", "causal_lm")),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                _fail(name, value, "unknown value", f"use one of {list(allowed)}")
+        if self.prm_step_separator_token_id is None and not self.prm_step_separator:
+            _fail(
+                "prm_step_separator",
+                self.prm_step_separator,
+                "steps need a separator",
+                "set prm_step_separator (e.g. '\\n') or prm_step_separator_token_id",
+            )
+        if not (isinstance(self.prm_batch_size, int) and self.prm_batch_size >= 1):
+            _fail("prm_batch_size", self.prm_batch_size, "must be an integer >= 1", "e.g. prm_batch_size=8")
+        if not math.isfinite(self.prm_outcome_coef):
+            _fail("prm_outcome_coef", self.prm_outcome_coef, "must be finite", "e.g. prm_outcome_coef=0.5")
+        if self.advantage_estimator != "prm" and self.prm_model_name_or_path is not None:
+            _fail(
+                "prm_model_name_or_path",
+                self.prm_model_name_or_path,
+                f"a PRM model is only used with advantage_estimator='prm' (got {self.advantage_estimator!r})",
+                "set advantage_estimator='prm' or drop prm_model_name_or_path",
             )
 
     def _check_token_clip(self) -> None:

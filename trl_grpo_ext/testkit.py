@@ -5,7 +5,7 @@ them to a local folder, because TRL re-loads the reference model from ``config._
 
 Example:
     >>> from trl_grpo_ext import testkit
-    >>> path = testkit.save_tiny_model("/tmp/tiny")             # tokenizer + random Qwen2, saved locally
+    >>> path = testkit.save_tiny_model("/tmp/tiny")             # tokenizer + random tiny Llama, saved locally
     >>> train = testkit.arithmetic_dataset(256, seed=0)          # columns: prompt, answer
     >>> rewards = [testkit.exact_match_reward, testkit.first_char_reward]
 """
@@ -36,34 +36,46 @@ def build_char_tokenizer(chars: str = DEFAULT_CHARS):
     for ch in dict.fromkeys(chars):  # keep order, drop duplicates
         vocab.setdefault(ch, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every char, newlines too
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
     )
 
 
-def build_tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0):
-    """A random Qwen2 causal LM sized for CPU tests (about 0.1M parameters at the defaults)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def tiny_config(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, **kwargs):
+    """A Llama-architecture config sized for CPU tests.
 
-    config = Qwen2Config(
+    Llama rather than Qwen2: transformers 5 forces its own ``Qwen2Tokenizer`` on any folder whose config says
+    ``qwen2``, which would silently replace the character tokenizer when TRL or a PRM re-loads it from disk.
+    """
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
-        max_position_embeddings=128,
+        max_position_embeddings=256,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
         tie_word_embeddings=True,
+        **kwargs,
     )
+
+
+def build_tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0):
+    """A random causal LM (Llama architecture, about 0.1M parameters at the defaults) for CPU tests."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    config = tiny_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+        model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
@@ -123,3 +135,75 @@ def digit_fraction_reward(completions, **kwargs) -> list[float]:
         text = _text(completion)
         out.append(sum(ch.isdigit() for ch in text) / len(text) if text else 0.0)
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Multi-step arithmetic: one line "a op b=c" per step, the answer alone on the last line.
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+_EQUATION = re.compile(r"^\s*(-?\d+)\s*([+\-*])\s*(-?\d+)\s*=\s*(-?\d+)\s*$")
+
+
+def multistep_dataset(n: int, *, seed: int = 0, num_ops: int = 2, max_operand: int = 9, ops: str = "+-") -> Dataset:
+    """Chained problems such as ``"3+4-2="``; columns ``prompt``, ``answer`` and ``solution``.
+
+    The solution writes one step per line, ``"3+4=7\\n7-2=5\\n5"``: each intermediate result feeds the next line and the
+    last line is the answer (the format :func:`arithmetic_step_reward` checks).
+    """
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        operands = [rng.randint(0, max_operand) for _ in range(num_ops + 1)]
+        operators = [rng.choice(ops) for _ in range(num_ops)]
+        value, lines = operands[0], []
+        for op, b in zip(operators, operands[1:], strict=True):
+            result = _OPS[op](value, b)
+            lines.append(f"{value}{op}{b}={result}")
+            value = result
+        prompt = str(operands[0]) + "".join(f"{op}{b}" for op, b in zip(operators, operands[1:], strict=True)) + "="
+        rows.append({"prompt": prompt, "answer": str(value), "solution": "\n".join([*lines, str(value)])})
+    return Dataset.from_list(rows)
+
+
+def arithmetic_step_reward(prompts, completions, steps, answer, **kwargs) -> list[list[float]]:
+    """Rule-based step reward: 1.0 for a line ``a op b=c`` that is arithmetically right, 1.0 for a last line that is
+    the correct answer, 0.0 otherwise. Nothing is evaluated: the line is parsed with a regular expression."""
+    out = []
+    for completion_steps, ans in zip(steps, answer, strict=True):
+        scores = []
+        for j, step in enumerate(completion_steps):
+            match = _EQUATION.match(step)
+            if match is not None:
+                a, op, b, c = match.groups()
+                scores.append(1.0 if _OPS[op](int(a), int(b)) == int(c) else 0.0)
+            else:
+                last = j == len(completion_steps) - 1
+                scores.append(1.0 if last and step.strip() == ans else 0.0)
+        out.append(scores)
+    return out
+
+
+def final_answer_reward(completions, answer, **kwargs) -> list[float]:
+    """Outcome reward of the multi-step task: 1.0 when the last non-blank line is the answer."""
+    out = []
+    for completion, ans in zip(completions, answer, strict=True):
+        lines = [line.strip() for line in _text(completion).split("\n") if line.strip()]
+        out.append(1.0 if lines and lines[-1] == ans else 0.0)
+    return out
+
+
+def build_bpe_tokenizer(corpus: list[str], *, vocab_size: int = 300):
+    """A byte-level BPE tokenizer trained offline on ``corpus`` (merges such as ``".\\n"`` happen, like real LLMs)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")

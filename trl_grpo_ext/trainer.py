@@ -65,7 +65,15 @@ class GRPOExtTrainer(GRPOTrainer):
     control.
     """
 
-    def __init__(self, model, reward_funcs=None, args: GRPOExtConfig | None = None, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: GRPOExtConfig | None = None,
+        *positional,
+        step_reward_funcs=None,
+        **kwargs,
+    ):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = GRPOExtConfig(f"{str(name).split('/')[-1]}-GRPOExt")
@@ -80,9 +88,18 @@ class GRPOExtTrainer(GRPOTrainer):
                 f"install trl>={TRL_VERSION},<1.17 (the contract tests in tests/test_trl_contract.py say what broke).",
                 stacklevel=2,
             )
-        super().__init__(model, reward_funcs, args, **kwargs)
+        if step_reward_funcs is not None and args.advantage_estimator != "prm":
+            raise ValueError(
+                "step_reward_funcs are used only with advantage_estimator='prm'; set GRPOExtConfig.advantage_estimator"
+                "='prm' or drop step_reward_funcs."
+            )
+        if callable(step_reward_funcs):
+            step_reward_funcs = [step_reward_funcs]
+        self.step_reward_funcs = list(step_reward_funcs or [])
+        super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self.ext_collectives = AccelerateCollectives(self.accelerator)
         self._ext_rewards_per_func: torch.Tensor | None = None
+        self._ext_reward_call: dict[str, Any] | None = None
         self._ext_loss_ctx: LossContext | None = None
         self.extensions: dict[str, Extension] = {}
         builders = [
@@ -120,6 +137,9 @@ class GRPOExtTrainer(GRPOTrainer):
                 "for a completion that cannot be scored (it then gets advantage 0), or clip the reward."
             )
         self._ext_rewards_per_func = rewards_per_func
+        self._ext_reward_call = dict(
+            inputs=inputs, prompts=prompts, completions=completions, completion_ids_list=completion_ids_list
+        )
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -135,10 +155,11 @@ class GRPOExtTrainer(GRPOTrainer):
             group_size=group_size,
             process_slice=slice(rank * local_rows, (rank + 1) * local_rows),
             mode=mode,
+            **self._ext_reward_call,
         )
         for extension in self.extensions.values():
             extension.on_generation(batch)
-        self._ext_rewards_per_func = None
+        self._ext_rewards_per_func = self._ext_reward_call = None
         return output
 
     # ------------------------------------------------------------------ loss side

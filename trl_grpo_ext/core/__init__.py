@@ -6,6 +6,7 @@ Every function takes explicit keyword arguments, a ``torch.Generator`` wherever 
 from .advantages import group_relative_advantages, nan_std
 from .collectives import LOCAL, Collectives
 from .kl_control import AdaptiveKLController
+from .prm import pad_steps, prm_step_advantages
 from .registry import Registry
 from .sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask, r_squared, rank_filter_strategies
 from .token_clip import (
@@ -30,8 +31,10 @@ __all__ = [
     "kl_cov_penalty",
     "nan_std",
     "num_selected",
+    "pad_steps",
     "pf_keep_mask",
     "ppo_clipped_mask",
+    "prm_step_advantages",
     "r_squared",
     "rank_filter_strategies",
     "select_top_k",

@@ -17,7 +17,7 @@ subclass :class:`Extension`, register it, and select it by name; the trainer nee
 
 from __future__ import annotations
 
-from . import advantage, kl_control, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
+from . import advantage, kl_control, prm, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
 from .base import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
 from .base import registry_for as registry_for
 

@@ -13,7 +13,8 @@ def replace_advantages(extension: Extension, batch: GenerationBatch, global_adva
     n = global_advantages.size(0)
     for _ in range(min(n, len(logged))):
         logged.pop()
-    per_row = global_advantages if global_advantages.dim() == 1 else global_advantages.sum(-1)
+    # Token-level advantages are logged by their first-token value (the completion's whole return).
+    per_row = global_advantages if global_advantages.dim() == 1 else global_advantages[:, 0]
     logged.extend(per_row.tolist())
 
 

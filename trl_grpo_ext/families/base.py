@@ -27,6 +27,8 @@ class GenerationBatch:
         process_slice: this process's rows in the N global rows.
         mode: "train" or "eval".
         keep: (N,) bool rows that train, set by the sample filter (None: all).
+        inputs, prompts, completions, completion_ids_list: this process's rows as TRL passed them to the reward
+            functions.
     """
 
     output: dict[str, Any]
@@ -36,6 +38,10 @@ class GenerationBatch:
     process_slice: slice
     mode: str
     keep: torch.Tensor | None = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[Any] = field(default_factory=list)
+    completions: list[Any] = field(default_factory=list)
+    completion_ids_list: list[list[int]] = field(default_factory=list)
 
 
 @dataclass

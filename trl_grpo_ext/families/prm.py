@@ -1,0 +1,115 @@
+"""``advantage_estimator: prm``: process-supervised token advantages (DeepSeekMath sec. 4.1.3)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+from accelerate.utils import gather_object
+
+from ..core.advantages import group_relative_advantages
+from ..core.prm import prm_step_advantages
+from ..prm.segmentation import segment_completion
+from ..prm.sources import CausalLMPRM, TokenClassificationPRM, call_step_function, source_name, sum_step_rewards
+from .advantage import replace_advantages
+from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch
+
+logger = logging.getLogger(__name__)
+
+
+@ADVANTAGE_ESTIMATORS.register("prm")
+class PRMAdvantage(Extension):
+    """Segments completions into steps, scores the steps, and turns them into (B, T) token advantages.
+
+    Per generation batch: each process segments its completions (``prm_step_separator`` or
+    ``prm_step_separator_token_id``), scores the steps with every source (Python ``step_reward_funcs`` and/or the PRM
+    model) and sums them; step rewards and step ends are gathered from all processes so that a group spanning
+    processes is normalised as a whole, then each process keeps its rows. ``prm_outcome_coef`` adds
+    ``c * A_outcome`` (TRL's group-normalised outcome advantage) to every token.
+    """
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        args = self.args
+        self.sources = list(trainer.step_reward_funcs)
+        if args.prm_model_name_or_path is not None:
+            kwargs = dict(batch_size=args.prm_batch_size, device=trainer.accelerator.device)
+            if args.prm_model_type == "token_classification":
+                model = TokenClassificationPRM(args.prm_model_name_or_path, separator=args.prm_step_separator, **kwargs)
+            else:
+                model = CausalLMPRM(
+                    args.prm_model_name_or_path,
+                    step_tag=args.prm_causal_step_tag,
+                    good_token=args.prm_causal_good_token,
+                    bad_token=args.prm_causal_bad_token,
+                    **kwargs,
+                )
+            self.sources.append(model)
+        if not self.sources:
+            raise ValueError(
+                "advantage_estimator='prm' needs step rewards: pass step_reward_funcs=[...] to GRPOExtTrainer or set "
+                "prm_model_name_or_path in GRPOExtConfig."
+            )
+
+    def on_generation(self, batch: GenerationBatch) -> None:
+        args, trainer = self.args, self.trainer
+        out = batch.output
+        tokenizer = trainer._tokenizer
+        mask = out["completion_mask"]  # (B, T)
+        ids = out["completion_ids"]  # (B, T)
+        lengths = mask.sum(1).tolist()
+        separator = None if args.prm_step_separator_token_id is not None else args.prm_step_separator
+        segments = [
+            segment_completion(
+                tokenizer,
+                ids[i, : lengths[i]].tolist(),
+                separator=separator,
+                separator_token_id=args.prm_step_separator_token_id,
+            )
+            for i in range(ids.size(0))
+        ]
+        steps = [s.texts for s in segments]
+        kwargs = {key: [row[key] for row in batch.inputs] for key in batch.inputs[0] if key not in ("prompt",)}
+        kwargs["completion_ids"] = batch.completion_ids_list
+        scored = [
+            call_step_function(src, source_name(src), batch.prompts, batch.completions, steps, **kwargs)
+            for src in self.sources
+        ]
+        step_rewards = sum_step_rewards(scored)
+        ends = [s.ends for s in segments]
+
+        # Gather so that groups spanning processes are normalised over all their completions.
+        all_rewards = gather_object(step_rewards)
+        all_ends = gather_object(ends)
+        width = max(gather_object([ids.size(1)]))
+        advantages = prm_step_advantages(all_rewards, all_ends, batch.group_size, width, std=args.prm_std)
+        advantages = advantages.to(ids.device)
+        if args.prm_outcome_coef != 0.0:
+            outcome = group_relative_advantages(
+                batch.rewards, batch.group_size, std=args.advantage_std, scale=trainer.scale_rewards
+            )
+            advantages = advantages + args.prm_outcome_coef * outcome.to(ids.device).unsqueeze(1)
+        local = advantages[batch.process_slice, : ids.size(1)] * mask  # (B, T), 0 on padding
+        self._log(batch, all_rewards, all_ends, local, mask)
+        replace_advantages(self, batch, advantages)
+        out["advantages"] = local
+
+    def _log(self, batch, all_rewards, all_ends, local, mask) -> None:
+        counts = [len(r) for r in all_rewards]
+        values = [v for r in all_rewards for v in r]
+        finite = [v for v in values if not math.isnan(v)]
+        mode = batch.mode
+        self.log_metric(mode, "prm/steps_mean", sum(counts) / max(len(counts), 1))
+        self.log_metric(mode, "prm/no_step_frac", sum(c == 0 for c in counts) / max(len(counts), 1))
+        self.log_metric(mode, "prm/single_step_frac", sum(c == 1 for c in counts) / max(len(counts), 1))
+        if finite:
+            self.log_metric(mode, "prm/step_reward_mean", sum(finite) / len(finite))
+        if values:
+            nan_frac = 1 - len(finite) / len(values)
+            self.log_metric(mode, "prm/nan_step_frac", nan_frac)
+            if nan_frac > 0:
+                logger.info("prm: %.1f%% of steps have no score (None/NaN): they count 0.", 100 * nan_frac)
+        stats = torch.stack([(local.abs() * mask).sum(), mask.sum()]).float()
+        total = self.trainer.ext_collectives.all_sum(stats)
+        self.log_metric(mode, "prm/adv_abs_mean", (total[0] / total[1].clamp(min=1.0)).item())
