@@ -7,9 +7,11 @@ import sys
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
-from trl_grpo_ext.core import clip_cov_mask, kl_cov_mask, num_selected, token_covariance
+from trl_grpo_ext.core import clip_cov_mask, kl_cov_mask, num_selected, prm_step_advantages, token_covariance
+from trl_grpo_ext.prm import segment_completion
 from trl_grpo_ext.trainer import AccelerateCollectives
 
 
@@ -46,10 +48,53 @@ def global_selection_check(accelerator):
     }
 
 
-def tiny_training(out_dir):
-    path = testkit.save_tiny_model(os.path.join(out_dir, "model")) if int(os.environ["RANK"]) == 0 else None
-    torch.distributed.barrier()
-    path = os.path.join(out_dir, "model")
+def length_steps(prompts, completions, steps, **kwargs):
+    """Deterministic step scores with spread (the ordinal sum of the step text, mod 7)."""
+    return [[(sum(map(ord, s)) % 7) / 6 for s in row] for row in steps]
+
+
+def prm_group_spanning_check(path, out_dir, accelerator):
+    """One group of 4 completions, 2 on each rank: PRM advantages must equal the single-process ones on the group."""
+    args = GRPOExtConfig(
+        output_dir=os.path.join(out_dir, "prm"),
+        per_device_train_batch_size=2,
+        num_generations=4,
+        max_completion_length=10,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        advantage_estimator="prm",
+    )
+    tok = testkit.build_char_tokenizer()
+    trainer = GRPOExtTrainer(
+        model=path,
+        reward_funcs=[testkit.digit_fraction_reward],
+        args=args,
+        processing_class=tok,
+        train_dataset=testkit.arithmetic_dataset(8, seed=0),
+        step_reward_funcs=[length_steps],
+    )
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(accelerator.process_index)  # different samples on each rank
+    out = trainer._generate_and_score_completions([testkit.arithmetic_dataset(1, seed=3)[0]] * 2)
+    ids = [row[: int(m.sum())].tolist() for row, m in zip(out["completion_ids"], out["completion_mask"])]
+    all_ids = gather_object(ids)
+    all_adv = gather_object([row.tolist() for row in out["advantages"]])
+    if not accelerator.is_main_process:
+        return None
+    segs = [segment_completion(tok, row) for row in all_ids]
+    width = max(len(r) for r in all_adv)
+    expected = prm_step_advantages(length_steps(None, None, [s.texts for s in segs]), [s.ends for s in segs], 4, width)
+    got = torch.zeros(4, width)
+    for i, row in enumerate(all_adv):
+        got[i, : len(row)] = torch.tensor(row)
+    expected = expected * (torch.arange(width) < torch.tensor([len(r) for r in all_ids]).unsqueeze(1))
+    return {"max_abs_diff": float((got - expected).abs().max()), "nonzero": bool(expected.abs().sum() > 0)}
+
+
+def tiny_training(path, out_dir):
     args = GRPOExtConfig(
         output_dir=os.path.join(out_dir, "run"),
         per_device_train_batch_size=4,
@@ -97,8 +142,13 @@ def tiny_training(out_dir):
 def main():
     out_dir = sys.argv[1]
     accelerator = Accelerator(cpu=True)
+    path = os.path.join(out_dir, "model")
+    if accelerator.is_main_process:
+        testkit.save_tiny_model(path)
+    accelerator.wait_for_everyone()
     result = {"selection": global_selection_check(accelerator)}
-    result["training"] = tiny_training(out_dir)
+    result["prm"] = prm_group_spanning_check(path, out_dir, accelerator)
+    result["training"] = tiny_training(path, out_dir)
     if accelerator.is_main_process:
         with open(os.path.join(out_dir, "result.json"), "w") as f:
             json.dump(result, f)

@@ -36,6 +36,8 @@ def test_two_process_global_selection_and_training(tmp_path):
     assert sel["cov_equal"], "global covariance differs from the single-process one on the union"
     assert sel["kl_equal"] and sel["kl_count"] == sel["k"]
     assert sel["clip_count"] == sel["k"] and sel["clip_in_window"]
+    prm = result["prm"]
+    assert prm["nonzero"] and prm["max_abs_diff"] < 1e-5, prm  # a group spanning 2 processes, normalised as one
     train = result["training"]
     assert train["num_processes"] == 2 and train["steps"] == 3
     assert train["losses_finite"] and train["selected_logged"]
