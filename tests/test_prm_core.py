@@ -212,10 +212,13 @@ def test_sum_step_rewards_nan_aware():
 
 
 def test_arithmetic_step_reward_rules():
-    steps = [["3+4=7", "7-2=4", "5"], ["3+4 = 7", "x", "5"], ["2*3=6", "6"]]
-    assert testkit.arithmetic_step_reward(None, None, steps, answer=["5", "5", "6"]) == [
-        [1.0, 0.0, 1.0],
-        [1.0, 0.0, 1.0],
-        [1.0, 1.0],
+    steps = [["3+4=7", "7-2=4", "5"], ["3+4 = 7", "x", "5"], ["2*3=6", "6"], ["3+4=7", "7-2=5", "5", "5"]]
+    prompts = ["3+4-2=", "3+4-2=", "1+1-2=", "3+4-2="]
+    assert testkit.arithmetic_step_reward(prompts, None, steps, answer=["5", "5", "0", "5"]) == [
+        [1.0, 0.0, 1.0],  # wrong arithmetic in step 2
+        [1.0, 0.0, 1.0],  # a step that is no equation scores 0; the answer at its place scores 1
+        [0.0, 0.0],  # a correct equation that is not on the problem's path
+        [1.0, 1.0, 1.0, 0.0],  # a line past the end of the chain
     ]
+    assert testkit.solution_lines("3+4-2=") == ["3+4=7", "7-2=5", "5"]
     assert testkit.final_answer_reward(["3+4=7\n5\n", "5\n6", ""], answer=["5", "5", "5"]) == [1.0, 0.0, 0.0]

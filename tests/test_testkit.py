@@ -23,7 +23,8 @@ def test_rewards_and_datasets():
     for row in multi:
         steps = row["solution"].split("\n")
         assert len(steps) == 4 and steps[-1] == row["answer"]
-        assert testkit.arithmetic_step_reward(None, None, [steps], answer=[row["answer"]]) == [[1.0] * 4]
+        assert testkit.arithmetic_step_reward([row["prompt"]], None, [steps], answer=[row["answer"]]) == [[1.0] * 4]
+        assert testkit.solution_lines(row["prompt"]) == steps
         assert testkit.final_answer_reward([row["solution"]], answer=[row["answer"]]) == [1.0]
 
 

@@ -164,20 +164,48 @@ def multistep_dataset(n: int, *, seed: int = 0, num_ops: int = 2, max_operand: i
     return Dataset.from_list(rows)
 
 
+_PROBLEM = re.compile(r"^\s*(-?\d+)((?:[+\-*]\d+)+)\s*=\s*$")
+_TERM = re.compile(r"([+\-*])(\d+)")
+
+
+def solution_lines(prompt: str) -> list[str] | None:
+    """The reference steps of a :func:`multistep_dataset` prompt (``"3+4-2="`` -> ``["3+4=7", "7-2=5", "5"]``)."""
+    match = _PROBLEM.match(_text(prompt))
+    if match is None:
+        return None
+    value, lines = int(match.group(1)), []
+    for op, b in _TERM.findall(match.group(2)):
+        result = _OPS[op](value, int(b))
+        lines.append(f"{value}{op}{b}={result}")
+        value = result
+    return [*lines, str(value)]
+
+
 def arithmetic_step_reward(prompts, completions, steps, answer, **kwargs) -> list[list[float]]:
-    """Rule-based step reward: 1.0 for a line ``a op b=c`` that is arithmetically right, 1.0 for a last line that is
-    the correct answer, 0.0 otherwise. Nothing is evaluated: the line is parsed with a regular expression."""
+    """Rule-based step reward of the multi-step task, one score per step.
+
+    Step j scores 1.0 when it is the j-th line of the reference chain: a line ``a op b=c`` whose operands follow the
+    problem (``a`` the running value, ``op b`` the next term) and whose arithmetic is right, or, last, the answer alone.
+    Anything else scores 0.0, including a correct but off-path equation (a PRM that only checked arithmetic would be
+    gamed by repeating one memorised equation) and lines past the end of the chain. Lines are parsed with regular
+    expressions; nothing is evaluated.
+    """
     out = []
-    for completion_steps, ans in zip(steps, answer, strict=True):
+    for prompt, completion_steps, ans in zip(prompts, steps, answer, strict=True):
+        reference = solution_lines(prompt) or [ans]
         scores = []
         for j, step in enumerate(completion_steps):
+            if j >= len(reference):
+                scores.append(0.0)
+                continue
+            expected = reference[j]
             match = _EQUATION.match(step)
             if match is not None:
                 a, op, b, c = match.groups()
-                scores.append(1.0 if _OPS[op](int(a), int(b)) == int(c) else 0.0)
+                ok = f"{int(a)}{op}{int(b)}={int(c)}" == expected and _OPS[op](int(a), int(b)) == int(c)
             else:
-                last = j == len(completion_steps) - 1
-                scores.append(1.0 if last and step.strip() == ans else 0.0)
+                ok = step.strip() == expected
+            scores.append(1.0 if ok else 0.0)
         out.append(scores)
     return out
 
