@@ -36,9 +36,18 @@ def warm_start(cache: str, epochs: float, seed: int) -> str:
     model = testkit.build_tiny_model(tok, hidden_size=128, num_layers=4, seed=seed)
     rows = testkit.multistep_dataset(4000, seed=seed, ops="+")
     data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["solution"] + tok.eos_token} for r in rows])
-    args = SFTConfig(output_dir=os.path.join(cache, "sft-tmp"), num_train_epochs=epochs, learning_rate=3e-3,
-                     per_device_train_batch_size=64, report_to="none", use_cpu=True, bf16=False, save_strategy="no",
-                     disable_tqdm=True, seed=seed)
+    args = SFTConfig(
+        output_dir=os.path.join(cache, "sft-tmp"),
+        num_train_epochs=epochs,
+        learning_rate=3e-3,
+        per_device_train_batch_size=64,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=seed,
+    )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
     trainer.train()
     trainer.save_model(path)
@@ -50,13 +59,15 @@ def warm_start(cache: str, epochs: float, seed: int) -> str:
 def evaluate(model, tok, problems) -> dict[str, float]:
     model.eval()
     enc = tok([r["prompt"] for r in problems], return_tensors="pt", padding=True)
-    out = model.generate(**enc, max_new_tokens=20, do_sample=False, pad_token_id=tok.pad_token_id,
-                         eos_token_id=tok.eos_token_id)
+    out = model.generate(
+        **enc, max_new_tokens=20, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
     completions = out[:, enc["input_ids"].shape[1] :]
     steps = [segment_completion(tok, [i for i in row if i != tok.pad_token_id]).texts for row in completions.tolist()]
     answers = [r["answer"] for r in problems]
-    scores = [x for row in testkit.arithmetic_step_reward([r["prompt"] for r in problems], None, steps, answers)
-              for x in row]
+    scores = [
+        x for row in testkit.arithmetic_step_reward([r["prompt"] for r in problems], None, steps, answers) for x in row
+    ]
     texts = tok.batch_decode(completions, skip_special_tokens=True)
     return {
         "step_acc": sum(scores) / max(len(scores), 1),
@@ -82,16 +93,32 @@ def main():
     rows = [("sft start", evaluate(AutoModelForCausalLM.from_pretrained(start), tok, heldout))]
     for run in args.runs:
         config = GRPOExtConfig(
-            output_dir=tempfile.mkdtemp(), per_device_train_batch_size=64, num_generations=8,
-            max_completion_length=20, max_steps=args.steps, learning_rate=args.lr, temperature=args.temperature,
-            logging_steps=10, report_to="none", use_cpu=True, bf16=False, seed=args.seed, save_strategy="no",
-            disable_tqdm=True, advantage_estimator="grpo" if run == "grpo" else "prm",
+            output_dir=tempfile.mkdtemp(),
+            per_device_train_batch_size=64,
+            num_generations=8,
+            max_completion_length=20,
+            max_steps=args.steps,
+            learning_rate=args.lr,
+            temperature=args.temperature,
+            logging_steps=10,
+            report_to="none",
+            use_cpu=True,
+            bf16=False,
+            seed=args.seed,
+            save_strategy="no",
+            disable_tqdm=True,
+            advantage_estimator="grpo" if run == "grpo" else "prm",
             prm_outcome_coef=1.0 if run == "prm+outcome" else 0.0,
         )
         kwargs = {} if run == "grpo" else {"step_reward_funcs": [testkit.arithmetic_step_reward]}
-        trainer = GRPOExtTrainer(model=start, reward_funcs=[testkit.final_answer_reward], args=config,
-                                 train_dataset=testkit.multistep_dataset(20_000, seed=1 + args.seed, ops="+"),
-                                 processing_class=tok, **kwargs)
+        trainer = GRPOExtTrainer(
+            model=start,
+            reward_funcs=[testkit.final_answer_reward],
+            args=config,
+            train_dataset=testkit.multistep_dataset(20_000, seed=1 + args.seed, ops="+"),
+            processing_class=tok,
+            **kwargs,
+        )
         trainer.train()
         rows.append((run, evaluate(trainer.model, tok, heldout)))
     print(f"\nsteps={args.steps} lr={args.lr} T={args.temperature} seed={args.seed}, 128 held-out problems, greedy")

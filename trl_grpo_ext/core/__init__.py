@@ -5,6 +5,7 @@ Every function takes explicit keyword arguments, a ``torch.Generator`` wherever 
 
 from .advantages import group_relative_advantages, nan_std
 from .collectives import LOCAL, Collectives
+from .diversity import distinct_n, pass_at_k, repetition_rate
 from .kl_control import AdaptiveKLController
 from .prm import pad_steps, prm_step_advantages
 from .registry import Registry
@@ -26,17 +27,20 @@ __all__ = [
     "Collectives",
     "Registry",
     "clip_cov_mask",
+    "distinct_n",
     "group_relative_advantages",
     "kl_cov_mask",
     "kl_cov_penalty",
     "nan_std",
     "num_selected",
+    "pass_at_k",
     "pad_steps",
     "pf_keep_mask",
     "ppo_clipped_mask",
     "prm_step_advantages",
     "r_squared",
     "rank_filter_strategies",
+    "repetition_rate",
     "select_top_k",
     "token_covariance",
 ]

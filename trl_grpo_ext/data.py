@@ -1,0 +1,111 @@
+"""Datasets for the math recipe: the offline synthetic task, Hub datasets, or local files, in one prompt format.
+
+Every loader returns rows with ``prompt`` (a string for the synthetic task, chat messages otherwise) and
+``solution`` (the reference the rewards read; GSM8K ``#### n`` and MATH ``\\boxed{}`` are understood).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from datasets import Dataset, load_dataset
+
+from . import testkit
+from .core.registry import Registry
+
+SYSTEM_PROMPT = (
+    "Solve the problem step by step, one step per line, and put the final answer in \\boxed{} on the last line."
+)
+
+#: Row formatters by name: raw dataset row -> {"prompt": ..., "solution": ...}.
+FORMATTERS: Registry = Registry("dataset_format")
+#: Which formatter a known Hub dataset uses.
+KNOWN_DATASETS = {
+    "openai/gsm8k": "gsm8k",
+    "gsm8k": "gsm8k",
+    "DigitalLearningGmbH/MATH-lighteval": "math",
+    "HuggingFaceH4/MATH-500": "math",
+    "BytedTsinghua-SIA/DAPO-Math-17k": "dapo",
+}
+
+
+def _chat(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+
+
+@FORMATTERS.register("gsm8k")
+def _gsm8k(row: dict[str, Any]) -> dict[str, Any]:
+    return {"prompt": _chat(row["question"]), "solution": row["answer"]}
+
+
+@FORMATTERS.register("math")
+def _math(row: dict[str, Any]) -> dict[str, Any]:
+    return {"prompt": _chat(row["problem"]), "solution": row.get("solution") or row["answer"]}
+
+
+@FORMATTERS.register("dapo")
+def _dapo(row: dict[str, Any]) -> dict[str, Any]:
+    prompt = row["prompt"]
+    return {
+        "prompt": prompt if isinstance(prompt, list) else _chat(prompt),
+        "solution": row["reward_model"]["ground_truth"],
+    }
+
+
+@FORMATTERS.register("plain")
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """Rows that already hold ``prompt`` and ``solution`` (or ``answer``)."""
+    if "prompt" not in row or not ({"solution", "answer"} & set(row)):
+        raise ValueError(
+            f"A 'plain' dataset row needs 'prompt' and 'solution' (or 'answer') columns, got {sorted(row)}. Set "
+            f"dataset_format to one of {FORMATTERS.names()} or rename the columns."
+        )
+    return {"prompt": row["prompt"], "solution": row.get("solution", row.get("answer"))}
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false") or os.environ.get(
+        "HF_DATASETS_OFFLINE", "0"
+    ) not in ("0", "", "false")
+
+
+def load_math_dataset(
+    name: str,
+    *,
+    split: str = "train",
+    config: str | None = None,
+    dataset_format: str | None = None,
+    num_examples: int | None = None,
+    seed: int = 0,
+    synthetic_num_ops: int = 2,
+) -> Dataset:
+    """Load ``name`` (``"synthetic"``, a local json/jsonl/parquet/csv file, or a Hub dataset id) in recipe format."""
+    if name == "synthetic":
+        # Disjoint seeds per split: held-out problems are drawn independently of the training stream.
+        split_seed = {"train": seed + 1, "test": 10_000 + seed}.get(split, seed + 2)
+        return testkit.multistep_dataset(num_examples or 20_000, seed=split_seed, num_ops=synthetic_num_ops, ops="+")
+    if os.path.isfile(name):
+        ext = name.rsplit(".", 1)[-1].lower()
+        builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(ext)
+        if builder is None:
+            raise ValueError(f"dataset_name={name!r}: local files must be .json, .jsonl, .parquet or .csv.")
+        data = load_dataset(builder, data_files=name, split="train")
+    else:
+        if _offline():
+            raise RuntimeError(
+                f"dataset_name={name!r} is a Hugging Face Hub dataset, but the Hub is switched off (HF_HUB_OFFLINE / "
+                "HF_DATASETS_OFFLINE is set). Download it while online, pass a local file (json/jsonl/parquet/csv), "
+                "or use dataset_name=synthetic for the offline task."
+            )
+        try:
+            data = load_dataset(name, config, split=split)
+        except (ConnectionError, OSError) as error:
+            raise RuntimeError(
+                f"Could not load dataset {name!r} (config {config!r}, split {split!r}) from the Hugging Face Hub: "
+                f"{error}. Check the network, or pass a local file, or use dataset_name=synthetic."
+            ) from error
+    formatter = FORMATTERS.get(dataset_format or KNOWN_DATASETS.get(name, "plain"))
+    if num_examples is not None:
+        data = data.shuffle(seed=seed).select(range(min(num_examples, len(data))))
+    return data.map(formatter, remove_columns=data.column_names)
