@@ -29,7 +29,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-import torch
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import ModelConfig, TrlParser

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..core.registry import Registry
 from .. import testkit
+from ..core.registry import Registry
 from .math import boxed_format_reward, math_accuracy_reward
 
 #: Outcome reward functions (TRL signature: one float or None per completion).

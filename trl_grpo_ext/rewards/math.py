@@ -24,7 +24,7 @@ TIMEOUT_SECONDS = 2
 
 _TOWER = re.compile(r"(\*\*|\^)\s*[{(]?\s*[\d.]+\s*[})]?\s*(\*\*|\^)")  # a ** b ** c, a^{b^{c}}, ...
 _BIG_EXPONENT = re.compile(r"(\*\*|\^)\s*[{(]?\s*\d{4,}")  # a ** 12345
-_DIGITS = re.compile(r"\d{%d,}" % (MAX_DIGITS + 1))
+_DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
 _BOXED = "\\boxed{"
 
 
