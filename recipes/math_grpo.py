@@ -36,6 +36,7 @@ from trl import ModelConfig, TrlParser
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
 from trl_grpo_ext.data import load_math_dataset
 from trl_grpo_ext.evaluation import evaluate_multistep
+from trl_grpo_ext.plot import plot_runs
 from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS
 
 TINY_MODEL = "tiny"
@@ -78,7 +79,7 @@ class MathScriptArguments:
 
 
 #: The embedded default run (what `accelerate launch recipes/math_grpo.py` does with no arguments).
-DEFAULT_ARGS = [
+DEFAULT_ARGS = [  # fmt: skip
     "--output_dir",
     "outputs/math_grpo_default",
     "--model_name_or_path",
@@ -123,6 +124,12 @@ DEFAULT_ARGS = [
     "0.02",
     "--kl_horizon",
     "2000",
+    "--diversity_metrics",
+    "distinct",
+    "self_bleu",
+    "repetition",
+    "unique",
+    "entropy",
 ]
 
 
@@ -196,33 +203,6 @@ def prepare_tiny_model(script_args, training_args, state: PartialState) -> str:
     return sft_path
 
 
-def plot_history(log_history: list[dict], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [
-        ("reward", "reward"),
-        ("entropy", "entropy"),
-        ("kl", "KL (k3)"),
-        ("kl/beta", "beta"),
-        ("prm/step_reward_mean", "PRM step reward"),
-        ("clip_cov/selected_frac", "Clip-Cov selected frac"),
-    ]
-    panels = [(k, t) for k, t in panels if any(k in h for h in log_history)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.8), squeeze=False)
-    for ax, (key, title) in zip(axes[0], panels):
-        points = [(h["step"], h[key]) for h in log_history if key in h and h[key] is not None]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".")
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_args: ModelConfig) -> dict:
     state = PartialState()
     set_seed(training_args.seed)
@@ -289,7 +269,8 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
             "final_reward": logs[-1].get("reward") if logs else None,
         }
         os.makedirs(training_args.output_dir, exist_ok=True)
-        plot_history(trainer.state.log_history, os.path.join(training_args.output_dir, "training_curves.png"))
+        trainer.save_state()  # trainer_state.json, which `python -m trl_grpo_ext.plot` reads
+        plot_runs({"default": trainer.state.log_history}, os.path.join(training_args.output_dir, "plots"))
         with open(os.path.join(training_args.output_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         print_summary(summary, training_args.output_dir)
@@ -318,7 +299,8 @@ def print_summary(summary: dict, output_dir: str) -> None:
         f"beta {t['final_beta']:.4g}"
     )
     print(
-        f"plots: {os.path.join(output_dir, 'training_curves.png')}; summary: {os.path.join(output_dir, 'summary.json')}"
+        f"plots: {os.path.join(output_dir, 'plots')}/ (training.png, collapse.png); summary: "
+        f"{os.path.join(output_dir, 'summary.json')}"
     )
 
 

@@ -110,7 +110,8 @@ def test_recipe_runs_one_process(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"init", "final", "train"}
     assert summary["train"]["steps"] == 2 and summary["train"]["num_processes"] == 1
-    assert (out / "training_curves.png").stat().st_size > 1000
+    assert (out / "plots" / "training.png").stat().st_size > 1000
+    assert (out / "plots" / "collapse.png").stat().st_size > 1000
     assert "math_grpo summary" in proc.stdout
 
 

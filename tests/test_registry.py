@@ -25,7 +25,7 @@ def test_register_get_and_duplicate_guard():
 def test_builtin_family_names():
     assert ADVANTAGE_ESTIMATORS.names() == ["grpo", "prm"]
     assert TOKEN_CLIPS.names() == ["clip_cov", "kl_cov", "none"]
-    assert KL_CONTROLLERS.names() == ["adaptive", "fixed"]
+    assert KL_CONTROLLERS.names() == ["adaptive", "diversity", "fixed"]
     assert registry_for("sample_filter").names() == [
         "none",
         "best_of_n",

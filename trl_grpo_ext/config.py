@@ -105,6 +105,30 @@ class GRPOExtConfig(GRPOConfig):
             Lower clamp of beta (> 0: TRL cannot switch the KL term back on once beta is 0).
         kl_beta_max (`float`, *optional*, defaults to `1.0`):
             Upper clamp of beta.
+        kl_diversity_n (`int`, *optional*, defaults to `2`):
+            n of the Distinct-N that `kl_control="diversity"` steers (over each generation batch, all processes).
+        kl_diversity_target (`float`, *optional*, defaults to `0.5`):
+            Distinct-N target of `kl_control="diversity"`: beta rises while diversity is below it.
+
+        > Seeing collapse (diversity, entropy, alarm)
+
+        diversity_metrics (`list[str]`, *optional*, defaults to `[]`):
+            Metrics of the `CollapseMonitor` callback: any of `distinct`, `self_bleu`, `repetition`, `unique`,
+            `entropy`. Empty: off.
+        diversity_ngram_sizes (`list[int]`, *optional*, defaults to `[1, 2, 3, 4]`):
+            n of the `diversity/distinct_n` metrics.
+        diversity_repetition_n (`int`, *optional*, defaults to `3`):
+            n of `diversity/repetition` (repeated n-grams inside one completion).
+        diversity_low_entropy_threshold (`float`, *optional*, defaults to `0.1`):
+            Tokens with entropy below it count in `entropy/low_frac`.
+        collapse_entropy_min (`float`, *optional*):
+            Collapse alarm when the mean token entropy falls below it.
+        collapse_distinct2_drop (`float`, *optional*):
+            Collapse alarm when Distinct-2 falls below (1 - drop) x its first value (e.g. 0.5).
+        collapse_repetition_max (`float`, *optional*):
+            Collapse alarm when the mean repetition rate exceeds it.
+        collapse_action (`str`, *optional*, defaults to `"warn"`):
+            What the alarm does besides logging `alarm/collapse`: `"warn"`, `"save"` (a checkpoint) or `"stop"`.
     """
 
     # Advantage estimation
@@ -191,9 +215,12 @@ class GRPOExtConfig(GRPOConfig):
     )
 
     # KL control
-    kl_control: Literal["fixed", "adaptive"] = field(
+    kl_control: Literal["fixed", "adaptive", "diversity"] = field(
         default="fixed",
-        metadata={"help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target."},
+        metadata={
+            "help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target. "
+            "'diversity': beta rises while Distinct-N (kl_diversity_n) is under kl_diversity_target."
+        },
     )
     kl_target: float = field(default=0.1, metadata={"help": "Target per-token mean KL of the adaptive controller."})
     kl_horizon: float = field(
@@ -201,6 +228,35 @@ class GRPOExtConfig(GRPOConfig):
     )
     kl_beta_min: float = field(default=1e-4, metadata={"help": "Lower clamp of beta (> 0)."})
     kl_beta_max: float = field(default=1.0, metadata={"help": "Upper clamp of beta."})
+    kl_diversity_n: int = field(default=2, metadata={"help": "n of the Distinct-N that kl_control='diversity' steers."})
+    kl_diversity_target: float = field(
+        default=0.5, metadata={"help": "Distinct-N target of kl_control='diversity' (beta rises below it)."}
+    )
+
+    # Seeing collapse
+    diversity_metrics: list[str] = field(
+        default_factory=list,
+        metadata={"help": "CollapseMonitor metrics: distinct, self_bleu, repetition, unique, entropy (empty: off)."},
+    )
+    diversity_ngram_sizes: list[int] = field(
+        default_factory=lambda: [1, 2, 3, 4], metadata={"help": "n of the diversity/distinct_n metrics."}
+    )
+    diversity_repetition_n: int = field(default=3, metadata={"help": "n of diversity/repetition."})
+    diversity_low_entropy_threshold: float = field(
+        default=0.1, metadata={"help": "Tokens with entropy below it count in entropy/low_frac."}
+    )
+    collapse_entropy_min: float | None = field(
+        default=None, metadata={"help": "Collapse alarm when the mean token entropy falls below it."}
+    )
+    collapse_distinct2_drop: float | None = field(
+        default=None, metadata={"help": "Collapse alarm when Distinct-2 falls below (1 - drop) x its first value."}
+    )
+    collapse_repetition_max: float | None = field(
+        default=None, metadata={"help": "Collapse alarm when the mean repetition rate exceeds it."}
+    )
+    collapse_action: Literal["warn", "save", "stop"] = field(
+        default="warn", metadata={"help": "What the collapse alarm does besides logging: warn, save or stop."}
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -208,6 +264,7 @@ class GRPOExtConfig(GRPOConfig):
         self._check_prm()
         self._check_token_clip()
         self._check_kl_control()
+        self._check_monitor()
 
     # The registries hold the valid names (built-ins and user-registered variants).
     def _check_switches(self) -> None:
@@ -298,6 +355,35 @@ class GRPOExtConfig(GRPOConfig):
         generate_every = self.steps_per_generation * self.num_iterations
         return self.gradient_accumulation_steps % generate_every != 0
 
+    def _check_monitor(self) -> None:
+        from .callbacks import ACTIONS, METRICS
+
+        unknown = sorted(set(self.diversity_metrics) - set(METRICS))
+        if unknown:
+            _fail("diversity_metrics", self.diversity_metrics, f"unknown metric(s) {unknown}", f"use {list(METRICS)}")
+        if not self.diversity_ngram_sizes or any(int(n) < 1 for n in self.diversity_ngram_sizes):
+            _fail("diversity_ngram_sizes", self.diversity_ngram_sizes, "needs integers >= 1", "e.g. [1, 2, 3, 4]")
+        if self.diversity_repetition_n < 1:
+            _fail("diversity_repetition_n", self.diversity_repetition_n, "must be >= 1", "e.g. 3")
+        if self.collapse_action not in ACTIONS:
+            _fail("collapse_action", self.collapse_action, "unknown action", f"use one of {list(ACTIONS)}")
+        if self.collapse_distinct2_drop is not None and not 0 < self.collapse_distinct2_drop < 1:
+            _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
+        alarms = (self.collapse_entropy_min, self.collapse_distinct2_drop, self.collapse_repetition_max)
+        needs = {
+            "collapse_entropy_min": "entropy",
+            "collapse_distinct2_drop": "distinct",
+            "collapse_repetition_max": "repetition",
+        }
+        for (name, metric), value in zip(needs.items(), alarms, strict=True):
+            if value is not None and metric not in self.diversity_metrics:
+                _fail(
+                    name,
+                    value,
+                    f"the alarm reads the '{metric}' metric, which diversity_metrics does not compute",
+                    f"add '{metric}' to diversity_metrics",
+                )
+
     def _check_kl_control(self) -> None:
         if not (math.isfinite(self.kl_beta_min) and self.kl_beta_min > 0):
             _fail(
@@ -312,6 +398,10 @@ class GRPOExtConfig(GRPOConfig):
             _fail("kl_target", self.kl_target, "must be a finite KL > 0", "e.g. kl_target=0.1 (per-token mean KL)")
         if not (math.isfinite(self.kl_horizon) and self.kl_horizon > 0):
             _fail("kl_horizon", self.kl_horizon, "must be > 0", "e.g. kl_horizon=10000 (completions)")
+        if not 0 < self.kl_diversity_target <= 1:
+            _fail("kl_diversity_target", self.kl_diversity_target, "Distinct-N lies in (0, 1]", "e.g. 0.5")
+        if self.kl_diversity_n < 1:
+            _fail("kl_diversity_n", self.kl_diversity_n, "must be >= 1", "e.g. kl_diversity_n=2")
         if self.kl_control == "fixed":
             return
         if self.beta == 0.0:

@@ -21,6 +21,7 @@ import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from .callbacks import CollapseMonitor, MetricGroupsCallback
 from .config import GRPOExtConfig
 from .families import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
 from .families.sample_filter import PolicyFilter
@@ -111,6 +112,21 @@ class GRPOExtTrainer(GRPOTrainer):
         for family, cls in builders:
             if cls is not None:
                 self.extensions[family] = cls(self)
+        self.collapse_monitor = None
+        if args.diversity_metrics:
+            self.collapse_monitor = CollapseMonitor(
+                self,
+                metrics=args.diversity_metrics,
+                ngram_sizes=args.diversity_ngram_sizes,
+                repetition_n=args.diversity_repetition_n,
+                low_entropy_threshold=args.diversity_low_entropy_threshold,
+                alarm_entropy_min=args.collapse_entropy_min,
+                alarm_distinct2_drop=args.collapse_distinct2_drop,
+                alarm_repetition_max=args.collapse_repetition_max,
+                alarm_action=args.collapse_action,
+            )
+            self.add_callback(self.collapse_monitor)
+        self.add_callback(MetricGroupsCallback())
 
     # ------------------------------------------------------------------ helpers
     def ext_generator(self, tag: str, *, per_rank: bool, device: torch.device | str) -> torch.Generator:

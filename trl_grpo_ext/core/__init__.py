@@ -5,8 +5,16 @@ Every function takes explicit keyword arguments, a ``torch.Generator`` wherever 
 
 from .advantages import group_relative_advantages, nan_std
 from .collectives import LOCAL, Collectives
-from .diversity import distinct_n, pass_at_k, repetition_rate
-from .kl_control import AdaptiveKLController
+from .diversity import (
+    distinct_n,
+    distinct_n_batch,
+    pass_at_k,
+    repetition_rate,
+    repetition_rates,
+    self_bleu_batch,
+    unique_fraction,
+)
+from .kl_control import AdaptiveKLController, DiversityKLController
 from .prm import pad_steps, prm_step_advantages
 from .registry import Registry
 from .sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask, r_squared, rank_filter_strategies
@@ -25,9 +33,11 @@ __all__ = [
     "SAMPLE_FILTER_STRATEGIES",
     "AdaptiveKLController",
     "Collectives",
+    "DiversityKLController",
     "Registry",
     "clip_cov_mask",
     "distinct_n",
+    "distinct_n_batch",
     "group_relative_advantages",
     "kl_cov_mask",
     "kl_cov_penalty",
@@ -41,6 +51,9 @@ __all__ = [
     "r_squared",
     "rank_filter_strategies",
     "repetition_rate",
+    "repetition_rates",
+    "self_bleu_batch",
     "select_top_k",
     "token_covariance",
+    "unique_fraction",
 ]

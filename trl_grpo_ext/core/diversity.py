@@ -39,3 +39,143 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Vectorised versions over a padded batch of token ids: what the callbacks run on every generation batch.
+#
+# n-grams are identified by a 64-bit polynomial hash of their token ids (wrapping int64 arithmetic): two different
+# n-grams collide with probability ~ M^2 / 2^64 for M n-grams (< 1e-7 at a million), far below metric noise.
+import torch  # noqa: E402
+
+_HASH_BASE = 1_000_003
+
+
+def ngram_codes(ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hash codes of every n-gram window and whether it lies inside the mask. (B, T) -> (B, T-n+1) twice."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    b, t = ids.shape
+    if t < n:
+        empty = ids.new_zeros((b, 0), dtype=torch.int64)
+        return empty, empty.bool()
+    windows = ids.long().unfold(1, n, 1)  # (B, T-n+1, n)
+    codes = torch.zeros(windows.shape[:2], dtype=torch.int64, device=ids.device)
+    for k in range(n):  # n <= 4 in practice: a loop over the n-gram order, not over tokens
+        codes = codes * _HASH_BASE + windows[..., k] + 1
+    valid = mask.bool().unfold(1, n, 1).all(-1)  # (B, T-n+1)
+    return codes, valid
+
+
+def _sorted_pairs(keys: torch.Tensor, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort (key, code) pairs by key then code (two stable sorts)."""
+    order = torch.sort(codes, stable=True).indices
+    keys, codes = keys[order], codes[order]
+    order = torch.sort(keys, stable=True).indices
+    return keys[order], codes[order]
+
+
+def _new_pair(keys: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    first = torch.ones_like(keys, dtype=torch.bool)
+    first[1:] = (keys[1:] != keys[:-1]) | (codes[1:] != codes[:-1])
+    return first
+
+
+def distinct_n_batch(ids: torch.Tensor, mask: torch.Tensor, n: int, *, group_size: int | None = None) -> float:
+    """Distinct-N over a padded batch: distinct n-grams / total n-grams (0.0 without n-grams).
+
+    With ``group_size``, the mean over groups of consecutive ``group_size`` rows of each group's Distinct-N (how
+    different the completions of one prompt are from each other).
+    """
+    codes, valid = ngram_codes(ids, mask, n)
+    rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(codes)
+    keys = rows[valid] // group_size if group_size else torch.zeros_like(rows[valid])
+    flat = codes[valid]
+    if flat.numel() == 0:
+        return 0.0
+    keys, flat = _sorted_pairs(keys, flat)
+    distinct = torch.bincount(keys[_new_pair(keys, flat)], minlength=int(keys.max()) + 1).float()
+    total = torch.bincount(keys, minlength=int(keys.max()) + 1).float()
+    present = total > 0
+    return float((distinct[present] / total[present]).mean())
+
+
+def repetition_rates(ids: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
+    """Per row, the fraction of its n-grams that repeat an earlier one of the same row; (B,), 0 without n-grams."""
+    codes, valid = ngram_codes(ids, mask, n)
+    rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(codes)[valid]
+    flat = codes[valid]
+    out = torch.zeros(ids.size(0), device=ids.device)
+    if flat.numel() == 0:
+        return out
+    rows, flat = _sorted_pairs(rows, flat)
+    distinct = torch.bincount(rows[_new_pair(rows, flat)], minlength=ids.size(0)).float()
+    total = torch.bincount(rows, minlength=ids.size(0)).float()
+    return torch.where(total > 0, 1.0 - distinct / total.clamp(min=1.0), out)
+
+
+def unique_fraction(ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> float:
+    """Mean over groups of (distinct completions / completions): 1/G when a group collapsed to one answer."""
+    lengths = mask.long().sum(1)
+    powers = torch.cumprod(torch.full((ids.size(1),), _HASH_BASE, dtype=torch.int64, device=ids.device), 0)
+    whole = ((ids.long() + 1) * mask.long() * powers).sum(1) * _HASH_BASE + lengths  # 64-bit hash of each row
+    groups = torch.arange(ids.size(0), device=ids.device) // group_size
+    groups, whole = _sorted_pairs(groups, whole)
+    distinct = torch.bincount(groups[_new_pair(groups, whole)]).float()
+    return float((distinct / group_size).mean())
+
+
+def self_bleu_batch(ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, max_n: int = 4) -> float:
+    """Mean self-BLEU within groups (Zhu et al. 2018, "Texygen"): BLEU of each completion against the other
+    completions of its group as references; high = the group says the same thing.
+
+    BLEU (Papineni et al. 2002) with clipped n-gram precisions for n = 1..max_n, add-one smoothing for n > 1 (Lin &
+    Och 2004) and the brevity penalty against the closest reference length. Vectorised with sorts and scatters.
+    """
+    n_rows = ids.size(0)
+    lengths = mask.long().sum(1)  # (N,)
+    log_precision = torch.zeros(n_rows, device=ids.device)
+    member = torch.arange(n_rows, device=ids.device)
+    for n in range(1, max_n + 1):
+        codes, valid = ngram_codes(ids, mask, n)
+        rows = member.unsqueeze(1).expand_as(codes)[valid]
+        flat = codes[valid]
+        total = torch.bincount(rows, minlength=n_rows).float()
+        clipped = torch.zeros(n_rows, device=ids.device)
+        if flat.numel():
+            groups = rows // group_size
+            # Unique (group, code, row) triples with their counts; rows arrive ascending, stable sorts keep that.
+            rows_s, flat_s, groups_s = rows, flat, groups
+            order = torch.sort(flat_s, stable=True).indices
+            rows_s, flat_s, groups_s = rows_s[order], flat_s[order], groups_s[order]
+            order = torch.sort(groups_s, stable=True).indices
+            rows_s, flat_s, groups_s = rows_s[order], flat_s[order], groups_s[order]
+            new_triple = _new_pair(groups_s * n_rows + rows_s, flat_s)
+            triple_id = torch.cumsum(new_triple.long(), 0) - 1
+            counts = torch.bincount(triple_id).float()  # (U,)
+            t_rows, t_codes, t_groups = rows_s[new_triple], flat_s[new_triple], groups_s[new_triple]
+            block_new = _new_pair(t_groups, t_codes)  # same (group, code) -> one block
+            block = torch.cumsum(block_new.long(), 0) - 1
+            n_blocks = int(block.max()) + 1
+            top1 = torch.zeros(n_blocks, device=ids.device).scatter_reduce(0, block, counts, "amax")
+            at_top = (counts == top1[block]).float()
+            n_top = torch.zeros(n_blocks, device=ids.device).scatter_add(0, block, at_top)
+            below = torch.where(counts < top1[block], counts, torch.zeros_like(counts))
+            top2 = torch.zeros(n_blocks, device=ids.device).scatter_reduce(0, block, below, "amax")
+            mine_is_top = (counts == top1[block]) & (n_top[block] < 2)
+            max_other = torch.where(mine_is_top, top2[block], top1[block])
+            clipped = torch.zeros(n_rows, device=ids.device).scatter_add(0, t_rows, torch.minimum(counts, max_other))
+        if n == 1:
+            precision = torch.where(total > 0, clipped / total.clamp(min=1.0), torch.zeros_like(total))
+        else:
+            precision = (clipped + 1.0) / (total + 1.0)
+        log_precision = log_precision + torch.log(precision.clamp(min=1e-9))
+    grouped = lengths.view(-1, group_size).float()  # (P, G)
+    gap = (grouped.unsqueeze(2) - grouped.unsqueeze(1)).abs()  # (P, G, G)
+    gap = gap + torch.eye(group_size, device=ids.device) * 1e9 + grouped.unsqueeze(1) * 1e-6  # ties: shorter ref
+    ref_len = torch.gather(grouped, 1, gap.argmin(dim=2)).view(-1)  # (N,)
+    cand = lengths.float()
+    brevity = torch.where(cand < ref_len, torch.exp(1.0 - ref_len / cand.clamp(min=1.0)), torch.ones_like(cand))
+    bleu = brevity * torch.exp(log_precision / max_n)
+    scored = lengths > 0
+    return float(bleu[scored].mean()) if scored.any() else 0.0

@@ -50,11 +50,15 @@ class AdaptiveKLController:
         self.num_updates = 0
         self.last_error = 0.0
 
+    def error(self, measured: float) -> float:
+        """Relative error in [-0.2, 0.2]: positive raises beta (KL above target)."""
+        return min(max(measured / self.target - 1.0, -0.2), 0.2)
+
     def update(self, kl: float, n_steps: int) -> float:
         """Move beta after observing ``kl`` over ``n_steps`` samples; a non-finite kl leaves beta unchanged."""
         if not math.isfinite(kl):
             return self.value
-        error = min(max(kl / self.target - 1.0, -0.2), 0.2)
+        error = self.error(kl)
         self.value = min(max(self.value * (1.0 + error * n_steps / self.horizon), self.beta_min), self.beta_max)
         self.num_updates += 1
         self.last_error = error
@@ -75,3 +79,20 @@ class AdaptiveKLController:
         self.value = float(state["value"])
         self.num_updates = int(state.get("num_updates", 0))
         self.last_error = float(state.get("last_error", 0.0))
+
+
+class DiversityKLController(AdaptiveKLController):
+    """Beta driven by diversity: raised when Distinct-N falls under its target, relaxed when above.
+
+    The seed design document (sec. 9.4) asks to monitor Distinct-N and tune beta from it: a collapsing policy (its
+    completions repeating each other) is pulled back toward the reference. Same proportional law, clip and clamps as
+    :class:`AdaptiveKLController`, with the error ``clip((target - d) / target, -0.2, 0.2)``.
+
+    Example:
+        >>> ctl = DiversityKLController(0.1, target=0.5, horizon=100, beta_min=1e-3, beta_max=1.0)
+        >>> round(ctl.update(0.25, n_steps=10), 4)  # diversity half the target: e = 0.2 (clipped), beta * 1.02
+        0.102
+    """
+
+    def error(self, measured: float) -> float:
+        return min(max((self.target - measured) / self.target, -0.2), 0.2)

@@ -6,9 +6,10 @@ import logging
 
 import torch
 
-from ..core.kl_control import AdaptiveKLController
+from ..core.diversity import distinct_n_batch
+from ..core.kl_control import AdaptiveKLController, DiversityKLController
 from ..trl_compat import per_token_kl
-from .base import KL_CONTROLLERS, Extension, LossContext
+from .base import KL_CONTROLLERS, Extension, GenerationBatch, LossContext
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,45 @@ class AdaptiveKL(Extension):
         self.log_metric("train", "kl/beta", used)
         self.log_metric("train", "kl/value", kl_mean)
         self.log_metric("train", "kl/target", self.controller.target)
+
+    def state_dict(self):
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state):
+        self.controller.load_state_dict(state)
+        self.trainer.beta = self.controller.value
+
+
+@KL_CONTROLLERS.register("diversity")
+class DiversityKL(Extension):
+    """Beta from diversity: after each generation batch, Distinct-``kl_diversity_n`` of all processes' completions
+    moves beta (up while below ``kl_diversity_target``); the new beta applies from the next step. Every process
+    gathers the same completions, so all hold the same beta. Logs ``kl/beta``, ``kl/diversity``,
+    ``kl/diversity_target``.
+    """
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        args = self.args
+        self.controller = DiversityKLController(
+            args.beta, args.kl_diversity_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
+        )
+        trainer.beta = self.controller.value
+
+    def on_generation(self, batch: GenerationBatch) -> None:
+        if batch.mode != "train":
+            return
+        acc = self.trainer.accelerator
+        ids, mask = batch.output["completion_ids"], batch.output["completion_mask"]
+        if acc.num_processes > 1:
+            ids = acc.gather(acc.pad_across_processes(ids, dim=1, pad_index=0))
+            mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0))
+        diversity = distinct_n_batch(ids, mask, self.args.kl_diversity_n)
+        used = self.trainer.beta
+        self.trainer.beta = self.controller.update(diversity, n_steps=ids.size(0))
+        self.log_metric("train", "kl/beta", used)
+        self.log_metric("train", "kl/diversity", diversity)
+        self.log_metric("train", "kl/diversity_target", self.controller.target)
 
     def state_dict(self):
         return self.controller.state_dict()

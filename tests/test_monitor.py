@@ -1,0 +1,298 @@
+"""Seeing collapse: diversity functions, the CollapseMonitor, diversity-driven KL, wandb keys, plots, dashboard."""
+
+import glob
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import last_logs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wandb_records import history_keys_and_metrics
+
+from trl_grpo_ext import testkit
+from trl_grpo_ext.core import (
+    DiversityKLController,
+    distinct_n,
+    distinct_n_batch,
+    pass_at_k,
+    repetition_rate,
+    repetition_rates,
+    self_bleu_batch,
+    unique_fraction,
+)
+
+IDS = torch.tensor([[1, 2, 3, 1, 2, 3], [1, 2, 3, 4, 5, 6], [7, 7, 7, 7, 0, 0], [1, 2, 3, 1, 2, 3]])
+MASK = torch.tensor([[1] * 6, [1] * 6, [1, 1, 1, 1, 0, 0], [1] * 6])
+
+
+def test_hand_computed_diversity():
+    # bigrams: row0 12 23 31 12 23; row1 12 23 34 45 56; row2 77 77 77; row3 = row0 -> 18 bigrams, 7 distinct
+    assert distinct_n_batch(IDS, MASK, 2) == pytest.approx(7 / 18)
+    assert distinct_n([[1, 2, 3, 1, 2, 3], [1, 2, 3, 4, 5, 6], [7, 7, 7, 7], [1, 2, 3, 1, 2, 3]], 2) == 7 / 18
+    # groups of 2: {row0,row1}: 10 bigrams, 6 distinct; {row2,row3}: 8 bigrams, 4 distinct
+    assert distinct_n_batch(IDS, MASK, 2, group_size=2) == pytest.approx((6 / 10 + 4 / 8) / 2)
+    torch.testing.assert_close(repetition_rates(IDS, MASK, 2), torch.tensor([2 / 5, 0.0, 2 / 3, 2 / 5]))
+    assert repetition_rate([7, 7, 7, 7], 2) == pytest.approx(2 / 3)
+    assert unique_fraction(IDS, MASK, 2) == 1.0 and unique_fraction(IDS, MASK, 4) == 0.75
+    assert distinct_n([], 2) == 0.0 and distinct_n_batch(IDS[:, :1], MASK[:, :1], 2) == 0.0
+
+
+def test_self_bleu_extremes():
+    same = torch.tensor([[5, 6, 7, 8, 9]] * 4)
+    assert self_bleu_batch(same, torch.ones_like(same), 4) == pytest.approx(1.0)
+    disjoint = torch.arange(20).view(4, 5)
+    assert self_bleu_batch(disjoint, torch.ones_like(disjoint), 4) < 0.01
+    # One shared completion in a group of two: BLEU 1 for both; the other group below 1.
+    assert self_bleu_batch(IDS[[0, 3]], MASK[[0, 3]], 2) == pytest.approx(1.0)
+    assert self_bleu_batch(IDS, MASK, 2) < 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=0, max_size=12), min_size=1, max_size=6), st.integers(1, 4))
+def test_batch_versions_match_reference(rows, n):
+    width = max(len(r) for r in rows) or 1
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    assert distinct_n_batch(ids, mask, n) == pytest.approx(distinct_n(rows, n))
+    torch.testing.assert_close(repetition_rates(ids, mask, n), torch.tensor([repetition_rate(r, n) for r in rows]))
+
+
+def test_pass_at_k():
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 4) == 1.0 and pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(10, 3, 2) == pytest.approx(1 - (7 * 6) / (10 * 9))
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+def test_diversity_controller_scripted_sequence():
+    ctl = DiversityKLController(0.05, target=0.6, horizon=64, beta_min=1e-3, beta_max=1.0)
+    betas = [ctl.update(d, n_steps=32) for d in (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.3, 0.8)]
+    assert betas[0] < 0.05 and betas[1] < betas[0]  # diverse: relaxed
+    assert betas[2] > betas[1] and betas[3] > betas[2] and betas[5] > betas[4]  # falling diversity: raised
+    assert betas[7] < betas[6]  # diversity back above target: relaxed again
+
+
+COLLAPSE_ARGS = dict(
+    per_device_train_batch_size=32,
+    num_generations=8,
+    max_completion_length=8,
+    max_steps=12,
+    logging_steps=1,
+    diversity_metrics=["distinct", "self_bleu", "repetition", "unique", "entropy"],
+    collapse_entropy_min=0.5,
+    collapse_distinct2_drop=0.5,
+)
+
+
+def test_collapse_is_seen_and_alarmed(make_trainer):
+    trainer = make_trainer(
+        learning_rate=3e-2,
+        collapse_action="stop",
+        save_strategy="no",
+        reward_funcs=[testkit.first_char_reward, testkit.digit_fraction_reward],
+        **COLLAPSE_ARGS,
+    )
+    trainer.train()
+    logs = last_logs(trainer)
+    assert trainer.collapse_monitor.alarms, "the collapsing run did not trip the alarm"
+    assert trainer.state.global_step < 12  # action 'stop'
+    assert logs[-1]["alarm/collapse"] == 1.0
+    assert logs[-1]["entropy/mean"] < 0.5 * logs[0]["entropy/mean"]
+    assert logs[-1]["diversity/distinct_2"] < 0.5 * logs[0]["diversity/distinct_2"]
+    assert logs[-1]["diversity/self_bleu"] > logs[0]["diversity/self_bleu"]
+    for key in (
+        "entropy/p10",
+        "entropy/p50",
+        "entropy/p90",
+        "entropy/low_frac",
+        "diversity/unique_frac",
+        "diversity/distinct_4_in_group",
+        "diversity/repetition",
+    ):
+        assert key in logs[-1]
+
+
+def test_healthy_run_does_not_alarm(make_trainer):
+    trainer = make_trainer(
+        learning_rate=1e-4, reward_funcs=[testkit.first_char_reward, testkit.digit_fraction_reward], **COLLAPSE_ARGS
+    )
+    trainer.train()
+    assert not trainer.collapse_monitor.alarms
+    assert all(h["alarm/collapse"] == 0.0 for h in last_logs(trainer))
+    assert trainer.state.global_step == 12
+
+
+def test_monitor_works_with_plain_trl_trainer(make_trainer):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, max_steps=2)
+    trainer.add_callback(CollapseMonitor(trainer, metrics=["distinct", "entropy"]))
+    trainer.train()
+    assert all("diversity/distinct_2" in h and "entropy/p50" in h for h in last_logs(trainer))
+
+
+def test_diversity_kl_raises_beta_when_diversity_falls(make_trainer):
+    # The collapsing setting: Distinct-2 starts near 1 (beta relaxes), then falls under its target (beta rises).
+    trainer = make_trainer(
+        kl_control="diversity",
+        beta=0.04,
+        kl_diversity_target=0.5,
+        kl_horizon=64,
+        learning_rate=3e-2,
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=8,
+        max_steps=12,
+        reward_funcs=[testkit.first_char_reward, testkit.digit_fraction_reward],
+    )
+    trainer.train()
+    logs = last_logs(trainer)
+    diversity = [h["kl/diversity"] for h in logs]
+    betas = [h["kl/beta"] for h in logs] + [trainer.beta]
+    assert diversity[0] > 0.5 and diversity[-1] < 0.5
+    low = betas.index(min(betas))
+    assert 0 < low < len(betas) - 1 and betas[-1] > betas[low]  # relaxed while diverse, raised once it fell
+    assert all(diversity[i] < 0.5 for i in range(low, len(diversity)))
+
+
+def test_offline_wandb_run_has_every_documented_key(make_trainer, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    trainer = make_trainer(
+        report_to="wandb",
+        max_steps=2,
+        beta=0.04,
+        kl_control="adaptive",
+        token_clip="clip_cov",
+        clip_cov_lb=-100.0,
+        clip_cov_ratio=0.05,
+        sample_filter="best_worst",
+        loss_type="grpo",
+        diversity_metrics=["distinct", "self_bleu", "repetition", "unique", "entropy"],
+        log_completions=True,
+    )
+    trainer.train()
+    import wandb
+
+    wandb.finish()
+    run_file = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "*.wandb"))[0]
+    keys, metrics = history_keys_and_metrics(run_file)
+    documented = [
+        "kl/beta",
+        "kl/value",
+        "kl/target",
+        "entropy/mean",
+        "entropy/p10",
+        "entropy/p50",
+        "entropy/p90",
+        "entropy/low_frac",
+        "diversity/distinct_1",
+        "diversity/distinct_2",
+        "diversity/distinct_3",
+        "diversity/distinct_4",
+        "diversity/distinct_2_in_group",
+        "diversity/self_bleu",
+        "diversity/repetition",
+        "diversity/unique_frac",
+        "alarm/collapse",
+        "clip_cov/selected_frac",
+        "clip_cov/cov_mean",
+        "filter/kept_frac",
+        "filter/kept_reward_mean",
+    ]
+    missing = [k for k in documented if f"train/{k}" not in keys]
+    assert not missing, missing
+    assert {"train/kl/*", "train/entropy/*", "train/diversity/*"} <= metrics
+    assert any(k.startswith("completions/") for k in keys)  # the completions table
+
+
+def test_plot_command_on_a_real_run(make_trainer, tmp_path):
+    trainer = make_trainer(max_steps=3, beta=0.04, kl_control="adaptive", diversity_metrics=["distinct", "entropy"])
+    trainer.train()
+    trainer.save_state()
+    out = tmp_path / "plots"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trl_grpo_ext.plot",
+            trainer.args.output_dir,
+            trainer.args.output_dir,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in ("training.png", "collapse.png"):
+        assert (out / name).stat().st_size > 5000
+    with pytest.raises(FileNotFoundError, match="trainer_state.json"):
+        from trl_grpo_ext.plot import load_log_history
+
+        load_log_history(tmp_path)
+
+
+def test_dashboard_spec_without_network(capsys):
+    from trl_grpo_ext import dashboard
+
+    workspace = dashboard.build_workspace("my-entity", "my-project")
+    titles = [s.name for s in workspace.sections]
+    assert titles == list(dashboard.SECTIONS)
+    panels = {p.y[0] for s in workspace.sections for p in s.panels}
+    assert {"train/kl/beta", "train/diversity/distinct_2", "train/entropy/p10", "train/alarm/collapse"} <= panels
+    dashboard.main(["--entity", "my-entity", "--project", "my-project", "--dry-run"])
+    spec = json.loads(capsys.readouterr().out)
+    assert spec["entity"] == "my-entity" and "train/kl/beta" in json.dumps(spec)
+
+
+def test_monitor_rejects_bad_arguments(make_trainer):
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    trainer = make_trainer(max_steps=1)
+    with pytest.raises(ValueError, match="Unknown diversity metric"):
+        CollapseMonitor(trainer, metrics=["perplexity"])
+    with pytest.raises(ValueError, match="alarm_action"):
+        CollapseMonitor(trainer, alarm_action="explode")
+
+
+TRACKIO_RUN = """
+import tempfile
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+d = tempfile.mkdtemp()
+args = GRPOExtConfig(output_dir=d + "/o", per_device_train_batch_size=8, num_generations=4, max_completion_length=6,
+                     max_steps=2, logging_steps=1, report_to="trackio", use_cpu=True, bf16=False, disable_tqdm=True,
+                     beta=0.04, kl_control="adaptive", diversity_metrics=["distinct", "entropy"])
+GRPOExtTrainer(model=testkit.save_tiny_model(d + "/m"), reward_funcs=[testkit.digit_fraction_reward], args=args,
+               train_dataset=testkit.arithmetic_dataset(64), processing_class=testkit.build_char_tokenizer()).train()
+"""
+
+
+def test_trackio_local_run_has_the_metrics(tmp_path):
+    import os
+    import sqlite3
+
+    # trackio reads TRACKIO_DIR at import time: run the tiny training in a fresh interpreter.
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", TRACKIO_RUN], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    databases = glob.glob(str(tmp_path / "trackio" / "**" / "*.db"), recursive=True)
+    assert databases
+    dump = []
+    with sqlite3.connect(databases[0]) as db:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'"):
+            dump.extend(str(row) for row in db.execute(f"SELECT * FROM {table}"))
+    text = "\n".join(dump)
+    for key in ("kl/beta", "diversity/distinct_2", "entropy/p50", "alarm/collapse"):
+        assert key in text, key

@@ -1,0 +1,229 @@
+"""Seeing collapse: diversity and entropy metrics and a collapse alarm, as one TrainerCallback.
+
+Works with TRL's ``GRPOTrainer`` and with :class:`~trl_grpo_ext.GRPOExtTrainer` (which wires it from the config
+field ``diversity_metrics``). Callbacks do not receive the trainer, so it is passed in::
+
+    trainer = GRPOTrainer(...)
+    trainer.add_callback(CollapseMonitor(trainer, metrics=["distinct", "self_bleu", "repetition", "entropy"]))
+
+Metrics are computed once per new generation batch, from TRL's gathered completions (every process sees the same
+batch and computes the same numbers), and put into the trainer's metric buffer before ``log()`` (reporting callbacks
+such as wandb run ``on_log`` before user callbacks). Entropy percentiles come from the per-token entropies of the
+loss's forward pass, gathered from all processes (a seeded subsample of at most ``entropy_sample`` tokens per process).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import torch
+from transformers import TrainerCallback
+
+from .core.diversity import distinct_n_batch, repetition_rates, self_bleu_batch, unique_fraction
+
+logger = logging.getLogger(__name__)
+
+METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
+ACTIONS = ("warn", "save", "stop")
+
+
+def _text(completion) -> str:
+    if isinstance(completion, list):
+        return completion[-1]["content"] if completion else ""
+    return completion
+
+
+class CollapseMonitor(TrainerCallback):
+    """Diversity (``diversity/*``), entropy (``entropy/*``) and a collapse alarm (``alarm/*``).
+
+    Args:
+        trainer: the GRPO trainer to watch.
+        metrics: any of "distinct" (Distinct-1..4 over the batch and mean within groups), "self_bleu", "repetition"
+            (repeated n-grams inside one completion), "unique" (distinct completions per group), "entropy".
+        ngram_sizes: n of the Distinct-N metrics.
+        repetition_n: n of the repetition metric.
+        low_entropy_threshold: tokens with entropy below it count as "low" (``entropy/low_frac``).
+        entropy_sample: tokens per process kept for the entropy percentiles.
+        alarm_entropy_min: alarm when the mean token entropy falls below it.
+        alarm_distinct2_drop: alarm when batch Distinct-2 falls below (1 - drop) x its first measured value.
+        alarm_repetition_max: alarm when the mean repetition rate exceeds it.
+        alarm_action: "warn" (log), "save" (also save a checkpoint) or "stop" (also stop training).
+    """
+
+    def __init__(
+        self,
+        trainer,
+        *,
+        metrics: Sequence[str] = METRICS,
+        ngram_sizes: Sequence[int] = (1, 2, 3, 4),
+        repetition_n: int = 3,
+        low_entropy_threshold: float = 0.1,
+        entropy_sample: int = 65536,
+        alarm_entropy_min: float | None = None,
+        alarm_distinct2_drop: float | None = None,
+        alarm_repetition_max: float | None = None,
+        alarm_action: str = "warn",
+    ):
+        unknown = set(metrics) - set(METRICS)
+        if unknown:
+            raise ValueError(f"Unknown diversity metric(s) {sorted(unknown)}; choose from {list(METRICS)}.")
+        if alarm_action not in ACTIONS:
+            raise ValueError(f"alarm_action={alarm_action!r}; choose from {list(ACTIONS)}.")
+        self.trainer = trainer
+        self.metrics = tuple(metrics)
+        self.ngram_sizes = tuple(ngram_sizes)
+        self.repetition_n = repetition_n
+        self.low_entropy_threshold = low_entropy_threshold
+        self.entropy_sample = entropy_sample
+        self.alarm_entropy_min = alarm_entropy_min
+        self.alarm_distinct2_drop = alarm_distinct2_drop
+        self.alarm_repetition_max = alarm_repetition_max
+        self.alarm_action = alarm_action
+        self.baseline_distinct2: float | None = None
+        self.last: dict[str, float] = {}
+        self.alarms: list[tuple[int, list[str]]] = []
+        self._fingerprint = None
+        self._entropy_chunks: list[torch.Tensor] = []
+        self._entropy_sums = torch.zeros(3)  # sum, tokens, low tokens
+        self._generator = torch.Generator().manual_seed(0)
+        if "entropy" in self.metrics:
+            self._install_entropy_hook()
+
+    # ------------------------------------------------------------------ entropy capture
+    def _install_entropy_hook(self) -> None:
+        trainer = self.trainer
+        original = trainer._get_per_token_logps_and_entropies
+        monitor = self
+
+        def hooked(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+            logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+            if entropies is not None and torch.is_grad_enabled() and trainer.model.training:
+                mask = attention_mask[:, -logits_to_keep:].bool()
+                monitor._record_entropy(entropies.detach()[mask].float().cpu())
+            return logps, entropies, aux
+
+        trainer._get_per_token_logps_and_entropies = hooked
+
+    def _record_entropy(self, values: torch.Tensor) -> None:
+        low = (values < self.low_entropy_threshold).sum()
+        self._entropy_sums += torch.stack([values.sum(), torch.tensor(float(values.numel())), low.float()])
+        if values.numel() > self.entropy_sample:
+            values = values[torch.randperm(values.numel(), generator=self._generator)[: self.entropy_sample]]
+        self._entropy_chunks.append(values)
+
+    def _entropy_metrics(self) -> dict[str, float]:
+        acc = self.trainer.accelerator
+        local = torch.cat(self._entropy_chunks) if self._entropy_chunks else torch.zeros(0)
+        local = local[torch.randperm(local.numel(), generator=self._generator)[: self.entropy_sample]]
+        sums = self._entropy_sums.clone()
+        self._entropy_chunks, self._entropy_sums = [], torch.zeros(3)
+        if acc.num_processes > 1:
+            sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
+            padded = acc.pad_across_processes(local.to(acc.device), dim=0, pad_index=-1.0)
+            local = acc.gather(padded).cpu()
+            local = local[local >= 0]
+        if sums[1] == 0:
+            return {}
+        out = {"entropy/mean": float(sums[0] / sums[1]), "entropy/low_frac": float(sums[2] / sums[1])}
+        if local.numel():
+            q = torch.quantile(local, torch.tensor([0.1, 0.5, 0.9]))
+            out.update({"entropy/p10": float(q[0]), "entropy/p50": float(q[1]), "entropy/p90": float(q[2])})
+        return out
+
+    # ------------------------------------------------------------------ diversity
+    def _completion_batch(self):
+        completions = list(self.trainer._logs["completion"])
+        if not completions:
+            return None
+        fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
+        if fingerprint == self._fingerprint:
+            return None
+        self._fingerprint = fingerprint
+        tokenizer = getattr(self.trainer.processing_class, "tokenizer", self.trainer.processing_class)
+        enc = tokenizer([_text(c) for c in completions], add_special_tokens=False, padding=True, return_tensors="pt")
+        return enc["input_ids"], enc["attention_mask"]
+
+    def diversity_metrics(self, ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if "distinct" in self.metrics:
+            for n in self.ngram_sizes:
+                out[f"diversity/distinct_{n}"] = distinct_n_batch(ids, mask, n)
+                out[f"diversity/distinct_{n}_in_group"] = distinct_n_batch(ids, mask, n, group_size=group_size)
+        if "self_bleu" in self.metrics:
+            out["diversity/self_bleu"] = self_bleu_batch(ids, mask, group_size)
+        if "repetition" in self.metrics:
+            per_completion = repetition_rates(ids, mask, self.repetition_n)
+            out["diversity/repetition"] = float(per_completion.mean())
+            # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on.
+            self.trainer._logs["extra"]["repetition"].extend(per_completion.tolist())
+        if "unique" in self.metrics:
+            out["diversity/unique_frac"] = unique_fraction(ids, mask, group_size)
+        return out
+
+    # ------------------------------------------------------------------ alarm
+    def _check_alarm(self, values: dict[str, float], step: int, control) -> None:
+        reasons = []
+        entropy = values.get("entropy/mean")
+        if self.alarm_entropy_min is not None and entropy is not None and entropy < self.alarm_entropy_min:
+            reasons.append(f"entropy {entropy:.4f} < {self.alarm_entropy_min}")
+        d2 = values.get("diversity/distinct_2")
+        if d2 is not None and self.baseline_distinct2 is None:
+            self.baseline_distinct2 = d2
+        if self.alarm_distinct2_drop is not None and d2 is not None and self.baseline_distinct2:
+            floor = (1.0 - self.alarm_distinct2_drop) * self.baseline_distinct2
+            if d2 < floor:
+                reasons.append(f"distinct-2 {d2:.4f} < {floor:.4f} ({self.alarm_distinct2_drop:.0%} below its start)")
+        rep = values.get("diversity/repetition")
+        if self.alarm_repetition_max is not None and rep is not None and rep > self.alarm_repetition_max:
+            reasons.append(f"repetition {rep:.4f} > {self.alarm_repetition_max}")
+        values["alarm/collapse"] = 1.0 if reasons else 0.0
+        if not reasons:
+            return
+        self.alarms.append((step, reasons))
+        logger.warning("Collapse alarm at step %d: %s (action: %s).", step, "; ".join(reasons), self.alarm_action)
+        if self.alarm_action == "save":
+            control.should_save = True
+        elif self.alarm_action == "stop":
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        values: dict[str, float] = {}
+        batch = self._completion_batch() if set(self.metrics) - {"entropy"} else None
+        if batch is not None:
+            values.update(self.diversity_metrics(*batch, group_size=self.trainer.num_generations))
+        if "entropy" in self.metrics:
+            values.update(self._entropy_metrics())
+        if not values:
+            return control
+        self._check_alarm(values, state.global_step, control)
+        self.last = values
+        for key, value in values.items():
+            if math.isfinite(value):
+                self.trainer._metrics["train"][key].append(value)
+        return control
+
+
+#: Metric namespaces that get their own wandb section and step axis.
+METRIC_GROUPS = ("kl", "entropy", "diversity", "clip_cov", "kl_cov", "filter", "prm", "alarm", "aepo", "rewards")
+
+
+class MetricGroupsCallback(TrainerCallback):
+    """Declares the plugin's metric namespaces to wandb (``define_metric``) so every panel plots against the global
+    step and dashboards group them by prefix. Does nothing without an active wandb run."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not args.report_to or "wandb" not in args.report_to:
+            return control
+        try:
+            import wandb
+        except ImportError:
+            return control
+        if wandb.run is None:
+            return control
+        wandb.define_metric("train/global_step")
+        for group in METRIC_GROUPS:
+            wandb.define_metric(f"train/{group}/*", step_metric="train/global_step")
+        return control

@@ -1,0 +1,104 @@
+"""Plots without a tracker: ``python -m trl_grpo_ext.plot OUTPUT_DIR [OUTPUT_DIR ...] [--out DIR]``.
+
+Reads ``trainer_state.json`` (the run folder's, or its newest ``checkpoint-*``'s) of one or several runs and writes PNG
+panels, several runs overlaid with their folder names as labels: ``training.png`` (reward, KL and beta, entropy) and
+``collapse.png`` (Distinct-N, self-BLEU, repetition, filter and clip fractions), each panel only when some run logged
+its metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+PANELS = {
+    "training": [
+        ("reward", ["reward"]),
+        ("KL and beta", ["kl", "kl/value", "kl/beta"]),
+        ("entropy", ["entropy", "entropy/p10", "entropy/p50", "entropy/p90"]),
+        ("PRM", ["prm/step_reward_mean", "prm/adv_abs_mean"]),
+    ],
+    "collapse": [
+        (
+            "distinct-n",
+            ["diversity/distinct_1", "diversity/distinct_2", "diversity/distinct_3", "diversity/distinct_4"],
+        ),
+        ("self-BLEU / unique", ["diversity/self_bleu", "diversity/unique_frac"]),
+        ("repetition", ["diversity/repetition"]),
+        (
+            "filter / clip fractions",
+            ["filter/kept_frac", "clip_cov/selected_frac", "kl_cov/selected_frac", "clip_ratio/region_mean"],
+        ),
+        ("collapse alarm", ["alarm/collapse"]),
+    ],
+}
+
+
+def load_log_history(run_dir: str | Path) -> list[dict]:
+    """``log_history`` of a run folder: its own ``trainer_state.json`` or that of its newest checkpoint."""
+    run_dir = Path(run_dir)
+    path = run_dir / "trainer_state.json"
+    if not path.exists():
+        checkpoints = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name[11:]))
+        if not checkpoints:
+            raise FileNotFoundError(
+                f"No trainer_state.json in {run_dir} or its checkpoint-* folders. Save one with trainer.save_state() "
+                "or save_strategy='steps'."
+            )
+        path = checkpoints[-1]
+    return json.loads(path.read_text())["log_history"]
+
+
+def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
+    """Write the panel figures for ``{label: log_history}`` into ``out_dir``; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for figure, panels in PANELS.items():
+        present = [
+            (title, [k for k in keys if any(k in h for hist in runs.values() for h in hist)]) for title, keys in panels
+        ]
+        present = [(title, keys) for title, keys in present if keys]
+        if not present:
+            continue
+        fig, axes = plt.subplots(1, len(present), figsize=(4.0 * len(present), 3.2), squeeze=False)
+        for ax, (title, keys) in zip(axes[0], present):
+            for label, history in runs.items():
+                for key in keys:
+                    points = [(h["step"], h[key]) for h in history if h.get(key) is not None and "step" in h]
+                    if points:
+                        name = key if len(runs) == 1 else f"{label}: {key}"
+                        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", markersize=3, label=name)
+            ax.set_title(title)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{figure}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(description="Plot GRPO runs from their trainer_state.json.")
+    parser.add_argument("runs", nargs="+", help="run output folders")
+    parser.add_argument("--out", default=None, help="where to write the PNGs (default: <first run>/plots)")
+    args = parser.parse_args(argv)
+    runs = {os.path.basename(os.path.normpath(r)): load_log_history(r) for r in args.runs}
+    written = plot_runs(runs, args.out or os.path.join(args.runs[0], "plots"))
+    for path in written:
+        print(path)
+    return written
+
+
+if __name__ == "__main__":
+    main()
