@@ -296,3 +296,27 @@ def test_trackio_local_run_has_the_metrics(tmp_path):
     text = "\n".join(dump)
     for key in ("kl/beta", "diversity/distinct_2", "entropy/p50", "alarm/collapse"):
         assert key in text, key
+
+
+def test_eval_pass_at_k_sampled_and_greedy(make_trainer, train_dataset):
+    def always(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    trainer = make_trainer(
+        reward_funcs=[testkit.digit_fraction_reward],
+        eval_pass_at_k=[1, 4],
+        eval_pass_threshold=0.25,
+        num_generations_eval=4,
+        per_device_eval_batch_size=8,
+        eval_strategy="no",
+    )
+    metrics = trainer.evaluate(eval_dataset=train_dataset.select(range(8)))
+    p1, p4, greedy = metrics["eval_pass@k/sampled_1"], metrics["eval_pass@k/sampled_4"], metrics["eval_pass@k/greedy"]
+    assert 0.0 <= p1 <= p4 <= 1.0 and 0.0 <= greedy <= 1.0
+    trainer = make_trainer(
+        reward_funcs=[always], eval_pass_at_k=[1, 2], num_generations_eval=4, per_device_eval_batch_size=8
+    )
+    metrics = trainer.evaluate(eval_dataset=train_dataset.select(range(8)))
+    assert metrics["eval_pass@k/sampled_1"] == metrics["eval_pass@k/sampled_2"] == metrics["eval_pass@k/greedy"] == 1.0
+    with pytest.raises(ValueError, match="eval_pass_at_k"):
+        make_trainer(eval_pass_at_k=[8], num_generations_eval=4)

@@ -129,6 +129,13 @@ class GRPOExtConfig(GRPOConfig):
             Collapse alarm when the mean repetition rate exceeds it.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
             What the alarm does besides logging `alarm/collapse`: `"warn"`, `"save"` (a checkpoint) or `"stop"`.
+        eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
+            k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
+            (`num_generations_eval` per prompt). Empty: off.
+        eval_pass_threshold (`float`, *optional*, defaults to `1.0`):
+            A completion counts as correct when its (weighted) reward is at least this.
+        eval_pass_greedy (`bool`, *optional*, defaults to `True`):
+            With `eval_pass_at_k`, also decode each eval prompt greedily once and log `pass@k/greedy` (its accuracy).
     """
 
     # Advantage estimation
@@ -257,6 +264,15 @@ class GRPOExtConfig(GRPOConfig):
     collapse_action: Literal["warn", "save", "stop"] = field(
         default="warn", metadata={"help": "What the collapse alarm does besides logging: warn, save or stop."}
     )
+    eval_pass_at_k: list[int] = field(
+        default_factory=list, metadata={"help": "k values of pass@k logged at evaluation (empty: off)."}
+    )
+    eval_pass_threshold: float = field(
+        default=1.0, metadata={"help": "Reward at or above which an eval completion counts as correct."}
+    )
+    eval_pass_greedy: bool = field(
+        default=True, metadata={"help": "With eval_pass_at_k, also log the greedy accuracy (pass@k/greedy)."}
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -369,6 +385,16 @@ class GRPOExtConfig(GRPOConfig):
             _fail("collapse_action", self.collapse_action, "unknown action", f"use one of {list(ACTIONS)}")
         if self.collapse_distinct2_drop is not None and not 0 < self.collapse_distinct2_drop < 1:
             _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
+        if any(int(k) < 1 for k in self.eval_pass_at_k):
+            _fail("eval_pass_at_k", self.eval_pass_at_k, "k must be >= 1", "e.g. [1, 4, 8]")
+        group = self.num_generations_eval or self.num_generations
+        if self.eval_pass_at_k and max(self.eval_pass_at_k) > group:
+            _fail(
+                "eval_pass_at_k",
+                self.eval_pass_at_k,
+                f"k cannot exceed the {group} samples per eval prompt",
+                "lower k or raise num_generations_eval",
+            )
         alarms = (self.collapse_entropy_min, self.collapse_distinct2_drop, self.collapse_repetition_max)
         needs = {
             "collapse_entropy_min": "entropy",

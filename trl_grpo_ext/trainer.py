@@ -23,6 +23,7 @@ from trl import GRPOTrainer
 
 from .callbacks import CollapseMonitor, MetricGroupsCallback
 from .config import GRPOExtConfig
+from .core.diversity import pass_at_k
 from .families import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
 from .families.sample_filter import PolicyFilter
 from .trl_compat import TRL_VERSION, combined_rewards
@@ -175,8 +176,58 @@ class GRPOExtTrainer(GRPOTrainer):
         )
         for extension in self.extensions.values():
             extension.on_generation(batch)
+        if mode == "eval" and self.args.eval_pass_at_k:
+            self._log_pass_at_k(batch)
         self._ext_rewards_per_func = self._ext_reward_call = None
         return output
+
+    # ------------------------------------------------------------------ evaluation
+    def _log_pass_at_k(self, batch: GenerationBatch) -> None:
+        """Unbiased pass@k from the sampled eval completions; greedy accuracy from one greedy decode per prompt."""
+        args = self.args
+        correct = (torch.nan_to_num(batch.rewards, nan=float("-inf")) >= args.eval_pass_threshold).view(
+            -1, batch.group_size
+        )
+        n, counts = batch.group_size, correct.sum(1).tolist()
+        for k in args.eval_pass_at_k:
+            value = sum(pass_at_k(n, int(c), int(k)) for c in counts) / max(len(counts), 1)
+            self._metrics["eval"][f"pass@k/sampled_{k}"].append(value)
+        if args.eval_pass_greedy:
+            self._metrics["eval"]["pass@k/greedy"].append(self._greedy_accuracy(batch))
+
+    @torch.no_grad()
+    def _greedy_accuracy(self, batch: GenerationBatch) -> float:
+        out = batch.output
+        rows = [i for i in range(out["prompt_ids"].size(0)) if (batch.process_slice.start + i) % batch.group_size == 0]
+        model = self.accelerator.unwrap_model(self.model)
+        local_correct = torch.zeros(0, device=self.accelerator.device)
+        if rows:
+            generated = model.generate(
+                input_ids=out["prompt_ids"][rows],
+                attention_mask=out["prompt_mask"][rows],
+                do_sample=False,
+                max_new_tokens=self.max_completion_length,
+                pad_token_id=self._tokenizer.pad_token_id,
+                eos_token_id=self.eos_token_ids,
+            )
+            completions = self._tokenizer.batch_decode(
+                generated[:, out["prompt_ids"].size(1) :], skip_special_tokens=True
+            )
+            inputs = [batch.inputs[i] for i in rows]
+            keys = [key for key in inputs[0] if key not in ("prompt", "completion", "completion_ids")]
+            kwargs = {key: [row[key] for row in inputs] for key in keys}
+            prompts = [batch.prompts[i] for i in rows]
+            if isinstance(prompts[0], list):  # conversational
+                completions = [[{"role": "assistant", "content": c}] for c in completions]
+            total = torch.zeros(len(rows), device=self.accelerator.device)
+            for weight, func in zip(self.reward_weights.tolist(), self.reward_funcs, strict=True):
+                if isinstance(func, torch.nn.Module):
+                    continue  # model-based reward functions are scored on the sampled completions only
+                scores = func(prompts=prompts, completions=completions, completion_ids=None, **kwargs)
+                total += weight * torch.tensor([float("nan") if s is None else s for s in scores], device=total.device)
+            local_correct = (torch.nan_to_num(total, nan=float("-inf")) >= self.args.eval_pass_threshold).float()
+        stats = self.ext_collectives.all_sum(torch.stack([local_correct.sum(), torch.tensor(float(len(rows)))]))
+        return float(stats[0] / stats[1].clamp(min=1.0))
 
     # ------------------------------------------------------------------ loss side
     def _compute_loss(self, model, inputs):

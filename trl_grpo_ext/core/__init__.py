@@ -11,6 +11,7 @@ from .diversity import (
     pass_at_k,
     repetition_rate,
     repetition_rates,
+    self_bleu,
     self_bleu_batch,
     unique_fraction,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "rank_filter_strategies",
     "repetition_rate",
     "repetition_rates",
+    "self_bleu",
     "self_bleu_batch",
     "select_top_k",
     "token_covariance",

@@ -32,6 +32,24 @@ def repetition_rate(sequence: Sequence, n: int) -> float:
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
+def self_bleu(sequences: Sequence[Sequence[int]], *, max_n: int = 4) -> float:
+    """Self-BLEU of one set of completions (token id lists): mean BLEU of each against all the others.
+
+    See :func:`self_bleu_batch` for the definition; this is its single-group form.
+    """
+    sequences = [list(s) for s in sequences]
+    if len(sequences) < 2:
+        return 0.0
+    width = max(1, max(len(s) for s in sequences))
+    ids = torch.zeros(len(sequences), width, dtype=torch.long)
+    mask = torch.zeros(len(sequences), width, dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        if seq:
+            ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[i, : len(seq)] = 1
+    return self_bleu_batch(ids, mask, len(sequences), max_n=max_n)
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k of Chen et al. 2021 (Codex, eq. 1): ``1 - C(n - c, k) / C(n, k)`` for c correct of n samples."""
     if not 0 <= c <= n or not 1 <= k <= n:
