@@ -110,6 +110,25 @@ class GRPOExtConfig(GRPOConfig):
         kl_diversity_target (`float`, *optional*, defaults to `0.5`):
             Distinct-N target of `kl_control="diversity"`: beta rises while diversity is below it.
 
+        > Entropy control (AEPO, arXiv 2510.08141)
+
+        entropy_control (`str`, *optional*, defaults to `"none"`):
+            `"aepo"`: each generation batch is generated again at a temperature chosen by the entropy (T_high under
+            target, T_low above); the positive-advantage samples add a REINFORCE term that steers entropy to target.
+            Not TRL's entropy bonus (`entropy_coef`), which it replaces.
+        aepo_target_entropy (`float`, *optional*, defaults to `0.5`):
+            Mean token entropy to hold (reference implementation: 0.5).
+        aepo_temperature_high (`float`, *optional*, defaults to `1.2`):
+            Sampling temperature when entropy is below target.
+        aepo_temperature_low (`float`, *optional*, defaults to `0.8`):
+            Sampling temperature when entropy is at or above target.
+        aepo_coef (`float`, *optional*, defaults to `1.0`):
+            Weight alpha of the REINFORCE term.
+        aepo_max_samples (`int`, *optional*, defaults to `60`):
+            Most reinforced samples per generation batch (half when entropy is above target).
+        aepo_adv_threshold (`float`, *optional*, defaults to `0.05`):
+            Group advantage above which a temperature-T sample is reinforced.
+
         > Seeing collapse (diversity, entropy, alarm)
 
         diversity_metrics (`list[str]`, *optional*, defaults to `[]`):
@@ -240,6 +259,18 @@ class GRPOExtConfig(GRPOConfig):
         default=0.5, metadata={"help": "Distinct-N target of kl_control='diversity' (beta rises below it)."}
     )
 
+    # Entropy control
+    entropy_control: Literal["none", "aepo"] = field(
+        default="none",
+        metadata={"help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141)."},
+    )
+    aepo_target_entropy: float = field(default=0.5, metadata={"help": "Mean token entropy AEPO holds."})
+    aepo_temperature_high: float = field(default=1.2, metadata={"help": "AEPO temperature below target entropy."})
+    aepo_temperature_low: float = field(default=0.8, metadata={"help": "AEPO temperature at/above target entropy."})
+    aepo_coef: float = field(default=1.0, metadata={"help": "Weight of the AEPO REINFORCE term."})
+    aepo_max_samples: int = field(default=60, metadata={"help": "Most AEPO samples per generation batch."})
+    aepo_adv_threshold: float = field(default=0.05, metadata={"help": "Group advantage above which a sample counts."})
+
     # Seeing collapse
     diversity_metrics: list[str] = field(
         default_factory=list,
@@ -281,12 +312,13 @@ class GRPOExtConfig(GRPOConfig):
         self._check_token_clip()
         self._check_kl_control()
         self._check_monitor()
+        self._check_aepo()
 
     # The registries hold the valid names (built-ins and user-registered variants).
     def _check_switches(self) -> None:
         from .families import registry_for
 
-        for name in ("advantage_estimator", "token_clip", "sample_filter", "kl_control"):
+        for name in ("advantage_estimator", "token_clip", "sample_filter", "kl_control", "entropy_control"):
             registry = registry_for(name)
             value = getattr(self, name)
             if value not in registry:
@@ -370,6 +402,38 @@ class GRPOExtConfig(GRPOConfig):
         """Whether a generation batch is reused across optimizer steps (TRL then computes old log-probs)."""
         generate_every = self.steps_per_generation * self.num_iterations
         return self.gradient_accumulation_steps % generate_every != 0
+
+    def _check_aepo(self) -> None:
+        if self.entropy_control not in ("none", "aepo"):
+            from .families import registry_for
+
+            if self.entropy_control not in registry_for("entropy_control"):
+                _fail(
+                    "entropy_control",
+                    self.entropy_control,
+                    "unknown value",
+                    f"use one of {registry_for('entropy_control').names()}",
+                )
+        if not (math.isfinite(self.aepo_target_entropy) and self.aepo_target_entropy > 0):
+            _fail("aepo_target_entropy", self.aepo_target_entropy, "must be a finite entropy > 0", "e.g. 0.5 (nats)")
+        if not 0 < self.aepo_temperature_low < self.aepo_temperature_high:
+            _fail(
+                "aepo_temperature_low",
+                self.aepo_temperature_low,
+                f"needs 0 < aepo_temperature_low < aepo_temperature_high ({self.aepo_temperature_high})",
+                "e.g. 0.8 and 1.2 (paper)",
+            )
+        if not (math.isfinite(self.aepo_coef) and self.aepo_coef > 0):
+            _fail("aepo_coef", self.aepo_coef, "must be a finite number > 0", "e.g. aepo_coef=1.0")
+        if self.aepo_max_samples < 1:
+            _fail("aepo_max_samples", self.aepo_max_samples, "must be >= 1", "e.g. 60 (paper)")
+        if self.entropy_control == "aepo" and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
+            _fail(
+                "entropy_control",
+                self.entropy_control,
+                "AEPO replaces the entropy bonus, but entropy_coef / use_adaptive_entropy is also on",
+                "set entropy_coef=0 and use_adaptive_entropy=False, or entropy_control='none'",
+            )
 
     def _check_monitor(self) -> None:
         from .callbacks import ACTIONS, METRICS

@@ -24,7 +24,15 @@ from trl import GRPOTrainer
 from .callbacks import CollapseMonitor, MetricGroupsCallback
 from .config import GRPOExtConfig
 from .core.diversity import pass_at_k
-from .families import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
+from .families import (
+    ADVANTAGE_ESTIMATORS,
+    ENTROPY_CONTROLS,
+    KL_CONTROLLERS,
+    TOKEN_CLIPS,
+    Extension,
+    GenerationBatch,
+    LossContext,
+)
 from .families.sample_filter import PolicyFilter
 from .trl_compat import TRL_VERSION, combined_rewards
 
@@ -109,6 +117,7 @@ class GRPOExtTrainer(GRPOTrainer):
             ("sample_filter", None if args.sample_filter == "none" else PolicyFilter),
             ("token_clip", TOKEN_CLIPS.get(args.token_clip)),
             ("kl_control", KL_CONTROLLERS.get(args.kl_control)),
+            ("entropy_control", ENTROPY_CONTROLS.get(args.entropy_control)),
         ]
         for family, cls in builders:
             if cls is not None:
@@ -263,6 +272,7 @@ class GRPOExtTrainer(GRPOTrainer):
         ctx = self._ext_loss_ctx
         if ctx is not None and ctx.logps is None:  # the differentiable call inside _compute_loss
             ctx.logps = logps
+            ctx.entropies = entropies
             for extension in self.extensions.values():
                 logps = extension.modify_logps(logps, ctx)
         return logps, entropies, aux

@@ -17,12 +17,21 @@ subclass :class:`Extension`, register it, and select it by name; the trainer nee
 
 from __future__ import annotations
 
-from . import advantage, kl_control, prm, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
-from .base import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, Extension, GenerationBatch, LossContext
+from . import advantage, entropy_control, kl_control, prm, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
+from .base import (
+    ADVANTAGE_ESTIMATORS,
+    ENTROPY_CONTROLS,
+    KL_CONTROLLERS,
+    TOKEN_CLIPS,
+    Extension,
+    GenerationBatch,
+    LossContext,
+)
 from .base import registry_for as registry_for
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "ENTROPY_CONTROLS",
     "KL_CONTROLLERS",
     "TOKEN_CLIPS",
     "Extension",

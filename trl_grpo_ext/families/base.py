@@ -55,6 +55,7 @@ class LossContext:
         row_scale: factor the sample filter applies to per-sequence aggregations (1.0 otherwise).
         logps: (B, T) the policy's log-probs with gradient, as the model returned them (set by the trainer).
         selected: (B, T) bool, tokens chosen by the token clip, if any.
+        entropies: (B, T) per-token entropies of the same forward pass (no gradient needed).
     """
 
     inputs: dict[str, Any]
@@ -63,6 +64,7 @@ class LossContext:
     row_scale: float = 1.0
     logps: torch.Tensor | None = None
     selected: torch.Tensor | None = None
+    entropies: torch.Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -141,6 +143,7 @@ class Extension:
 ADVANTAGE_ESTIMATORS: Registry[type[Extension]] = Registry("advantage_estimator")
 TOKEN_CLIPS: Registry[type[Extension] | None] = Registry("token_clip")
 KL_CONTROLLERS: Registry[type[Extension] | None] = Registry("kl_control")
+ENTROPY_CONTROLS: Registry[type[Extension] | None] = Registry("entropy_control")
 
 
 class _WithNone:
@@ -161,6 +164,7 @@ def registry_for(switch: str):
         "advantage_estimator": ADVANTAGE_ESTIMATORS,
         "token_clip": TOKEN_CLIPS,
         "kl_control": KL_CONTROLLERS,
+        "entropy_control": ENTROPY_CONTROLS,
         "sample_filter": _WithNone(),
     }
     return registries[switch]
