@@ -12,6 +12,10 @@ from accelerate.utils import gather_object
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
 from trl_grpo_ext.core import clip_cov_mask, kl_cov_mask, num_selected, prm_step_advantages, token_covariance
 from trl_grpo_ext.prm import segment_completion
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import equivalence  # noqa: E402
+
 from trl_grpo_ext.trainer import AccelerateCollectives
 
 
@@ -149,6 +153,15 @@ def main():
     result = {"selection": global_selection_check(accelerator)}
     result["prm"] = prm_group_spanning_check(path, out_dir, accelerator)
     result["training"] = tiny_training(path, out_dir)
+    trainer = equivalence.build_trainer(path, os.path.join(out_dir, "equiv"), per_device=4)
+    local = equivalence.deterministic_quantities(trainer)
+    gathered = gather_object([local])
+    result["equivalence"] = {
+        "advantages": [a for part in gathered for a in part["advantages"]],
+        "keep": [k for part in gathered for k in part["keep"]],
+        "betas": [part["beta"] for part in gathered],
+        "num_items_in_batch": [part["num_items_in_batch"] for part in gathered],
+    }
     if accelerator.is_main_process:
         with open(os.path.join(out_dir, "result.json"), "w") as f:
             json.dump(result, f)

@@ -59,6 +59,17 @@ BAD = [
     (dict(kl_target=0.0), "kl_target", "kl_target=0.1"),
     (dict(kl_target=float("inf")), "kl_target", "finite"),
     (dict(kl_horizon=0), "kl_horizon", "kl_horizon=10000"),
+    (dict(prm_batch_size=0), "prm_batch_size", "prm_batch_size=8"),
+    (dict(prm_model_name_or_path="some/prm"), "prm_model_name_or_path", "advantage_estimator='prm'"),
+    (dict(entropy_control="aepo", aepo_temperature_low=1.5), "aepo_temperature_low", "0.8 and 1.2"),
+    (dict(aepo_coef=0.0), "aepo_coef", "aepo_coef=1.0"),
+    (dict(aepo_target_entropy=-1.0), "aepo_target_entropy", "0.5"),
+    (dict(entropy_control="aepo", entropy_coef=0.1), "entropy_control", "entropy_coef=0"),
+    (dict(diversity_metrics=["perplexity"]), "diversity_metrics", "distinct"),
+    (dict(collapse_entropy_min=0.5), "collapse_entropy_min", "add 'entropy'"),
+    (dict(diversity_metrics=["distinct"], collapse_distinct2_drop=1.5), "collapse_distinct2_drop", "0.5"),
+    (dict(kl_diversity_target=0.0), "kl_diversity_target", "0.5"),
+    (dict(eval_pass_at_k=[0]), "eval_pass_at_k", "[1, 4, 8]"),
 ]
 
 

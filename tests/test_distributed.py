@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import equivalence
+import pytest
+import torch
+
 WORKER = Path(__file__).with_name("dist_worker.py")
 
 
@@ -16,7 +20,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_process_global_selection_and_training(tmp_path):
+def test_two_process_global_selection_and_training(tmp_path, tiny_model_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     cmd = [
         sys.executable,
@@ -43,3 +47,15 @@ def test_two_process_global_selection_and_training(tmp_path):
     assert train["losses_finite"] and train["selected_logged"]
     assert train["betas"][0] == train["betas"][1]  # every rank holds the same beta
     assert train["betas"][0] != 0.04  # and the controller moved it
+
+    # The same generation batch on one process: identical PRM advantages, filter masks, token count and beta.
+    reference = equivalence.deterministic_quantities(
+        equivalence.build_trainer(tiny_model_path, str(tmp_path / "one"), per_device=8)
+    )
+    two = result["equivalence"]
+    assert two["keep"] == reference["keep"]
+    assert two["num_items_in_batch"] == [reference["num_items_in_batch"]] * 2
+    for a, b in zip(two["advantages"], reference["advantages"], strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b))
+    assert two["betas"][0] == two["betas"][1] == pytest.approx(reference["beta"], rel=1e-6)
+    assert reference["beta"] != 0.04

@@ -10,6 +10,8 @@ Overridden TRL 1.16 methods (and why):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import os
@@ -66,6 +68,25 @@ class AccelerateCollectives:
         return torch.cat([gathered[i, :n] for i, n in enumerate(lengths)])
 
 
+def _with_context(func):
+    """Wrap a Python reward function so that an exception names the function that raised it (TRL's does not)."""
+    if isinstance(func, torch.nn.Module) or inspect.iscoroutinefunction(func):
+        return func
+
+    @functools.wraps(func)
+    def wrapped(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception as error:
+            name = getattr(func, "__name__", type(func).__name__)
+            raise RuntimeError(
+                f"Reward function '{name}' raised {type(error).__name__}: {error}. Fix the function, or return None "
+                "for the completions it cannot score (they get advantage 0)."
+            ) from error
+
+    return wrapped
+
+
 class GRPOExtTrainer(GRPOTrainer):
     """Drop-in ``GRPOTrainer`` with PRM-free outcome variants, Clip-Cov / KL-Cov, PF-PPO filtering and KL control.
 
@@ -107,6 +128,7 @@ class GRPOExtTrainer(GRPOTrainer):
             step_reward_funcs = [step_reward_funcs]
         self.step_reward_funcs = list(step_reward_funcs or [])
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
         self._ext_rewards_per_func: torch.Tensor | None = None
         self._ext_reward_call: dict[str, Any] | None = None

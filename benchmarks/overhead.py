@@ -1,0 +1,171 @@
+"""What each tool costs: the same tiny training with trl.GRPOTrainer and with GRPOExtTrainer per feature and all on.
+
+    python benchmarks/overhead.py --repeats 3 --steps 12          # trainer overhead, interleaved subprocess runs
+    python benchmarks/overhead.py --micro                          # core functions at B=512, T=4096
+
+Each run is a fresh subprocess (so peak RSS is its own): fixed seed, tiny random Llama, batch 16 (4 prompts x 4),
+``steps`` optimizer steps. Step time is the median of TRL's ``step_time`` over the steps after the first two; the
+ratio divides by the matching ``trl.GRPOTrainer`` baseline (same beta and num_iterations) of the same repeat; the
+table shows the median over repeats. Runs are interleaved (every config once per repeat) so drift hits all alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = {
+    # name: (baseline it is divided by, overrides, runs trl.GRPOTrainer)
+    "trl": ("trl", {}, True),
+    "trl beta=0.04": ("trl beta=0.04", {"beta": 0.04}, True),
+    "trl num_iterations=2": ("trl num_iterations=2", {"num_iterations": 2}, True),
+    "ext, all off": ("trl", {}, False),
+    "population std": ("trl", {"advantage_std": "population"}, False),
+    "Clip-Cov": ("trl", {"token_clip": "clip_cov", "clip_cov_lb": -100.0, "clip_cov_ratio": 0.01}, False),
+    "KL-Cov": ("trl num_iterations=2", {"token_clip": "kl_cov", "num_iterations": 2}, False),
+    "PF best-worst": ("trl", {"sample_filter": "best_worst"}, False),
+    "adaptive KL": ("trl beta=0.04", {"beta": 0.04, "kl_control": "adaptive"}, False),
+    "diversity KL": ("trl beta=0.04", {"beta": 0.04, "kl_control": "diversity"}, False),
+    "PRM (step function)": ("trl", {"advantage_estimator": "prm"}, False),
+    "monitor (all metrics)": (
+        "trl",
+        {"diversity_metrics": ["distinct", "self_bleu", "repetition", "unique", "entropy"]},
+        False,
+    ),
+    "AEPO": ("trl", {"entropy_control": "aepo"}, False),
+    "all on": (
+        "trl beta=0.04",
+        {
+            "beta": 0.04,
+            "kl_control": "adaptive",
+            "token_clip": "clip_cov",
+            "clip_cov_lb": -100.0,
+            "sample_filter": "best_worst",
+            "advantage_estimator": "prm",
+            "diversity_metrics": ["distinct", "repetition", "entropy"],
+            "entropy_control": "aepo",
+        },
+        False,
+    ),
+}
+
+CHILD = r"""
+import json, resource, statistics, sys, tempfile
+from trl import GRPOConfig, GRPOTrainer
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+overrides, is_trl, steps = json.loads(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
+d = tempfile.mkdtemp()
+common = dict(output_dir=d + "/o", per_device_train_batch_size=16, num_generations=4, max_completion_length=12,
+              max_steps=steps, learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
+              seed=0, save_strategy="no", disable_tqdm=True)
+def steps_fn(prompts, completions, steps, **kw):
+    return [[(len(s) % 3) / 2 for s in row] for row in steps]
+if is_trl:
+    args, cls, extra = GRPOConfig(**common, **overrides), GRPOTrainer, {}
+else:
+    args, cls = GRPOExtConfig(**common, **overrides), GRPOExtTrainer
+    extra = {"step_reward_funcs": [steps_fn]} if overrides.get("advantage_estimator") == "prm" else {}
+trainer = cls(model=testkit.save_tiny_model(d + "/m"), reward_funcs=[testkit.digit_fraction_reward], args=args,
+              train_dataset=testkit.arithmetic_dataset(1024), processing_class=testkit.build_char_tokenizer(), **extra)
+trainer.train()
+times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][2:]
+print("RESULT", json.dumps({"step_time": statistics.median(times),
+                            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run_child(overrides: dict, steps: int, *, trl: bool) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(overrides), "1" if trl else "0", str(steps)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not line:
+        raise RuntimeError(proc.stderr[-2000:])
+    return json.loads(line[0][len("RESULT ") :])
+
+
+def trainer_overhead(repeats: int, steps: int) -> None:
+    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    for _ in range(repeats):
+        for name, (_, overrides, is_trl) in CONFIGS.items():
+            results[name].append(run_child(overrides, steps, trl=is_trl))
+    print(f"\n{steps} steps, {repeats} interleaved repeats; ratios against the matching trl.GRPOTrainer run")
+    print(f"{'config':<24}{'step time ms':>14}{'time ratio':>12}{'peak RSS MB':>13}{'RSS ratio':>11}")
+    for name, (baseline, _, _) in CONFIGS.items():
+        t = [r["step_time"] / b["step_time"] for r, b in zip(results[name], results[baseline], strict=True)]
+        m = [r["peak_rss_mb"] / b["peak_rss_mb"] for r, b in zip(results[name], results[baseline], strict=True)]
+        ms = statistics.median(r["step_time"] for r in results[name]) * 1000
+        rss = statistics.median(r["peak_rss_mb"] for r in results[name])
+        print(f"{name:<24}{ms:>14.1f}{statistics.median(t):>12.3f}{rss:>13.0f}{statistics.median(m):>11.3f}")
+
+
+def micro(repeats: int = 5) -> None:
+    import torch
+
+    from trl_grpo_ext.core import (
+        clip_cov_mask,
+        group_relative_advantages,
+        kl_cov_mask,
+        prm_step_advantages,
+        token_covariance,
+    )
+
+    b, t, g = 512, 4096, 8
+    gen = torch.Generator().manual_seed(0)
+    logps = -torch.rand(b, t, generator=gen) * 5
+    adv = torch.randn(b, generator=gen)
+    mask = torch.ones(b, t)
+    rewards = torch.rand(b, generator=gen)
+    ends = torch.sort(torch.randint(0, t, (b, 16), generator=gen), dim=1).values
+    step_rewards = torch.rand(b, 16, generator=gen)
+
+    def timed(fn):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    base = timed(lambda: ((logps - logps.mean()) * (adv.unsqueeze(1) - adv.mean()) * mask).sum())
+    rows = [
+        ("plain pass: one centred product over (B, T)", lambda: None),
+        ("token_covariance", lambda: token_covariance(logps, adv, mask)),
+        (
+            "clip_cov_mask (r=2e-4)",
+            lambda: clip_cov_mask(
+                logps, adv, mask, ratio=2e-4, lb=-1e9, ub=1e9, generator=torch.Generator().manual_seed(0)
+            ),
+        ),
+        ("kl_cov_mask (k=2e-3)", lambda: kl_cov_mask(logps, adv, mask, ratio=2e-3)),
+        ("prm_step_advantages (16 steps)", lambda: prm_step_advantages(step_rewards, ends, g, t)),
+        ("group_relative_advantages", lambda: group_relative_advantages(rewards, g)),
+    ]
+    print(f"\ncore functions at B={b}, T={t} ({b * t / 1e6:.1f}M tokens), torch threads {torch.get_num_threads()}")
+    print(f"{'function':<46}{'ms':>10}{'vs plain pass':>15}")
+    for name, fn in rows:
+        seconds = base if name.startswith("plain") else timed(fn)
+        print(f"{name:<46}{seconds * 1000:>10.1f}{seconds / base:>14.1f}x")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--micro", action="store_true", help="only the core micro-benchmarks")
+    args = parser.parse_args()
+    if args.micro:
+        micro()
+    else:
+        trainer_overhead(args.repeats, args.steps)
+
+
+if __name__ == "__main__":
+    main()
