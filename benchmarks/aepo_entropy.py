@@ -12,34 +12,13 @@ import argparse
 import os
 import tempfile
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+from collapse_setting import train_collapse_setting
+
+from trl_grpo_ext import testkit
 
 
 def run(model_path: str, steps: int, lr: float, seed: int, **extra):
-    args = GRPOExtConfig(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        max_steps=steps,
-        learning_rate=lr,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=seed,
-        save_strategy="no",
-        disable_tqdm=True,
-        **extra,
-    )
-    trainer = GRPOExtTrainer(
-        model=model_path,
-        reward_funcs=[testkit.first_char_reward, testkit.digit_fraction_reward],
-        args=args,
-        train_dataset=testkit.arithmetic_dataset(4096, seed=seed),
-        processing_class=testkit.build_char_tokenizer(),
-    )
-    trainer.train()
+    trainer = train_collapse_setting(model_path, steps=steps, lr=lr, seed=seed, **extra)
     return [(h["step"], h["entropy"]) for h in trainer.state.log_history if "entropy" in h]
 
 

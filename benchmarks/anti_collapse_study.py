@@ -19,8 +19,9 @@ import statistics
 import tempfile
 
 import torch
+from collapse_setting import train_collapse_setting
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+from trl_grpo_ext import testkit
 from trl_grpo_ext.core import pass_at_k
 
 METHODS = {
@@ -79,32 +80,9 @@ def held_out(model, tok, seed: int) -> dict[str, float]:
 
 
 def run(model_path: str, method: dict, seed: int, steps: int, lr: float) -> dict:
-    args = GRPOExtConfig(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        max_steps=steps,
-        learning_rate=lr,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=seed,
-        save_strategy="no",
-        disable_tqdm=True,
-        diversity_metrics=["distinct", "repetition", "entropy"],
-        **method,
+    trainer = train_collapse_setting(
+        model_path, steps=steps, lr=lr, seed=seed, diversity_metrics=["distinct", "repetition", "entropy"], **method
     )
-    tok = testkit.build_char_tokenizer()
-    trainer = GRPOExtTrainer(
-        model=model_path,
-        reward_funcs=[testkit.first_char_reward, testkit.digit_fraction_reward],
-        args=args,
-        train_dataset=testkit.arithmetic_dataset(4096, seed=seed),
-        processing_class=tok,
-    )
-    trainer.train()
     logs = [h for h in trainer.state.log_history if "entropy" in h]
     last = logs[-10:]
     result = {
@@ -114,7 +92,7 @@ def run(model_path: str, method: dict, seed: int, steps: int, lr: float) -> dict
         "distinct_2": statistics.mean(h["diversity/distinct_2"] for h in last if "diversity/distinct_2" in h),
         "repetition": statistics.mean(h["diversity/repetition"] for h in last if "diversity/repetition" in h),
     }
-    result.update(held_out(trainer.model, tok, seed))
+    result.update(held_out(trainer.model, testkit.build_char_tokenizer(), seed))
     return result
 
 

@@ -13,39 +13,23 @@ import argparse
 import os
 import tempfile
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+from collapse_setting import train_collapse_setting
+
+from trl_grpo_ext import testkit
 from trl_grpo_ext.plot import plot_runs
 
 
 def run(model_path: str, lr: float, steps: int, seed: int):
-    args = GRPOExtConfig(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=8,
-        max_steps=steps,
-        learning_rate=lr,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
+    return train_collapse_setting(
+        model_path,
+        steps=steps,
+        lr=lr,
         seed=seed,
-        save_strategy="no",
-        disable_tqdm=True,
         diversity_metrics=["distinct", "self_bleu", "repetition", "unique", "entropy"],
         collapse_entropy_min=0.5,
         collapse_distinct2_drop=0.5,
         collapse_repetition_max=0.5,
     )
-    trainer = GRPOExtTrainer(
-        model=model_path,
-        reward_funcs=[testkit.first_char_reward, testkit.digit_fraction_reward],
-        args=args,
-        train_dataset=testkit.arithmetic_dataset(2048, seed=seed),
-        processing_class=testkit.build_char_tokenizer(),
-    )
-    trainer.train()
-    return trainer
 
 
 def main():
