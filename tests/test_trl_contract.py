@@ -40,6 +40,11 @@ def test_hook_signatures():
     ]
     assert params(GRPOTrainer._save_checkpoint) == ["self", "model", "trial"]
     assert params(GRPOTrainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
+    # AEPO regenerates through TRL's own generation path and unpacks its 8 outputs.
+    assert params(GRPOTrainer._generate) == ["self", "prompts"]
+    assert "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images" in (
+        inspect.getsource(GRPOTrainer._generate)
+    )
 
 
 def test_loss_reads_tool_mask_and_live_beta():
