@@ -1,6 +1,7 @@
 """``GRPOExtTrainer``: TRL's ``GRPOTrainer`` composing the anti-collapse families through six small overrides.
 
 Overridden TRL 1.16 methods (and why):
+    ``__init__``: check the config, build one extension per family, name failing reward functions in their errors.
     ``_calculate_rewards``: keep the gathered (N, F) rewards for group-level extensions; refuse infinite rewards.
     ``_generate_and_score_completions``: run ``on_generation`` hooks (advantages, sample filter) before TRL shuffles.
     ``_compute_loss``: open a loss context, rescale filtered micro-batches, add extension loss terms.
@@ -88,12 +89,14 @@ def _with_context(func):
 
 
 class GRPOExtTrainer(GRPOTrainer):
-    """Drop-in ``GRPOTrainer`` with PRM-free outcome variants, Clip-Cov / KL-Cov, PF-PPO filtering and KL control.
+    """Drop-in ``GRPOTrainer`` with PRM step advantages, Clip-Cov / KL-Cov, PF-PPO filtering, KL control, AEPO and
+    collapse monitoring.
 
-    Takes every ``GRPOTrainer`` argument; ``args`` must be a :class:`GRPOExtConfig` (a plain ``GRPOConfig`` is
-    accepted and means every extension off). Each config switch selects one member of its family's registry; all
-    members run together through the same hooks, in the order advantage estimator, sample filter, token clip, KL
-    control.
+    Takes every ``GRPOTrainer`` argument plus ``step_reward_funcs`` (for ``advantage_estimator="prm"``); ``args`` must
+    be a :class:`GRPOExtConfig` (a plain ``GRPOConfig`` is refused with the fix). Each config switch selects one member
+    of its family's registry; all members run together through the same hooks, in the order advantage estimator,
+    sample filter, token clip, KL control, entropy control. With every switch off it trains exactly like
+    ``GRPOTrainer``.
     """
 
     def __init__(
