@@ -58,8 +58,9 @@ import json, resource, statistics, sys, tempfile
 from trl import GRPOConfig, GRPOTrainer
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
 overrides, is_trl, steps = json.loads(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
+hidden, layers, length = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 d = tempfile.mkdtemp()
-common = dict(output_dir=d + "/o", per_device_train_batch_size=16, num_generations=4, max_completion_length=12,
+common = dict(output_dir=d + "/o", per_device_train_batch_size=16, num_generations=4, max_completion_length=length,
               max_steps=steps, learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
               seed=0, save_strategy="no", disable_tqdm=True)
 def steps_fn(prompts, completions, steps, **kw):
@@ -69,7 +70,8 @@ if is_trl:
 else:
     args, cls = GRPOExtConfig(**common, **overrides), GRPOExtTrainer
     extra = {"step_reward_funcs": [steps_fn]} if overrides.get("advantage_estimator") == "prm" else {}
-trainer = cls(model=testkit.save_tiny_model(d + "/m"), reward_funcs=[testkit.digit_fraction_reward], args=args,
+model = testkit.save_tiny_model(d + "/m", hidden_size=hidden, num_layers=layers)
+trainer = cls(model=model, reward_funcs=[testkit.digit_fraction_reward], args=args,
               train_dataset=testkit.arithmetic_dataset(1024), processing_class=testkit.build_char_tokenizer(), **extra)
 trainer.train()
 times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][2:]
@@ -78,25 +80,24 @@ print("RESULT", json.dumps({"step_time": statistics.median(times),
 """
 
 
-def run_child(overrides: dict, steps: int, *, trl: bool) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(overrides), "1" if trl else "0", str(steps)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def run_child(overrides: dict, steps: int, *, trl: bool, size: tuple[int, int, int]) -> dict:
+    argv = [json.dumps(overrides), "1" if trl else "0", str(steps), *map(str, size)]
+    proc = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, timeout=600)
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode != 0 or not line:
         raise RuntimeError(proc.stderr[-2000:])
     return json.loads(line[0][len("RESULT ") :])
 
 
-def trainer_overhead(repeats: int, steps: int) -> None:
+def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int]) -> None:
     results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
     for _ in range(repeats):
         for name, (_, overrides, is_trl) in CONFIGS.items():
-            results[name].append(run_child(overrides, steps, trl=is_trl))
-    print(f"\n{steps} steps, {repeats} interleaved repeats; ratios against the matching trl.GRPOTrainer run")
+            results[name].append(run_child(overrides, steps, trl=is_trl, size=size))
+    print(
+        f"\nmodel hidden={size[0]} layers={size[1]}, {size[2]} completion tokens, {steps} steps, {repeats} "
+        "interleaved repeats; ratios against the matching trl.GRPOTrainer run"
+    )
     print(f"{'config':<24}{'step time ms':>14}{'time ratio':>12}{'peak RSS MB':>13}{'RSS ratio':>11}")
     for name, (baseline, _, _) in CONFIGS.items():
         t = [r["step_time"] / b["step_time"] for r, b in zip(results[name], results[baseline], strict=True)]
@@ -159,12 +160,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=64, help="width of the random Llama")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--completion_length", type=int, default=12)
     parser.add_argument("--micro", action="store_true", help="only the core micro-benchmarks")
     args = parser.parse_args()
     if args.micro:
         micro()
     else:
-        trainer_overhead(args.repeats, args.steps)
+        trainer_overhead(args.repeats, args.steps, (args.hidden, args.layers, args.completion_length))
 
 
 if __name__ == "__main__":
