@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
+import torch
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -102,3 +104,21 @@ class LogpProbe:
 
         trainer.extensions = {"probe": _Probe(trainer), **trainer.extensions}
         return self
+
+
+def free_port() -> int:
+    """A free TCP port on localhost, for torchrun's rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def policy_logps(trainer, out):
+    """Per-token log-probs of ``out``'s completions under the trainer's policy, through TRL's own method."""
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model,
+        torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
+        torch.cat([out["prompt_mask"], out["completion_mask"]], 1),
+        out["completion_ids"].size(1),
+    )
+    return logps

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,14 +9,9 @@ from pathlib import Path
 import equivalence
 import pytest
 import torch
+from conftest import free_port
 
 WORKER = Path(__file__).with_name("dist_worker.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_process_global_selection_and_training(tmp_path, tiny_model_path):

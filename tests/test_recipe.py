@@ -3,12 +3,12 @@
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.data import load_math_dataset
@@ -113,12 +113,6 @@ def test_recipe_runs_one_process(tmp_path):
     assert (out / "plots" / "training.png").stat().st_size > 1000
     assert (out / "plots" / "collapse.png").stat().st_size > 1000
     assert "math_grpo summary" in proc.stdout
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_recipe_runs_two_processes(tmp_path):

@@ -5,7 +5,7 @@ import inspect
 import pytest
 import torch
 import trl
-from conftest import scored_batch
+from conftest import policy_logps, scored_batch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_grpo_ext.trl_compat import TRL_VERSION, aggregate_like_loss_type, combined_rewards, per_token_kl
@@ -116,12 +116,7 @@ def test_aggregation_parity_with_trl_loss(make_trainer, train_dataset, loss_type
         temp = torch.where(-x > 0, trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg)
         per_token = 2.0 / temp * x
     elif loss_type in ("cispo", "vespo"):
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model,
-            torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
-            torch.cat([out["prompt_mask"], out["completion_mask"]], 1),
-            out["completion_ids"].size(1),
-        )
+        logps = policy_logps(trainer, out)
         per_token = x * logps.detach()
     else:
         per_token = x
@@ -146,12 +141,7 @@ def test_kl_term_parity_with_trl(make_trainer, train_dataset, loss_type):
     ref = out["ref_per_token_logps"] + 0.3 * torch.randn(out["ref_per_token_logps"].shape)
     inputs = {**out, "advantages": torch.zeros(8), "ref_per_token_logps": ref}
     loss = trainer._compute_loss(trainer.model, inputs)
-    logps, _, _ = trainer._get_per_token_logps_and_entropies(
-        trainer.model,
-        torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
-        torch.cat([out["prompt_mask"], out["completion_mask"]], 1),
-        out["completion_ids"].size(1),
-    )
+    logps = policy_logps(trainer, out)
     expected = 0.3 * aggregate_like_loss_type(
         per_token_kl(logps.detach(), ref),
         out["completion_mask"],

@@ -9,7 +9,7 @@ import torch
 
 from ..core.registry import Registry
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES
-from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, aggregate_like_loss_type
+from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, aggregate_like_loss_type, per_token_kl
 
 if TYPE_CHECKING:
     from ..trainer import GRPOExtTrainer
@@ -114,6 +114,15 @@ class Extension:
         pass
 
     # Helpers shared by the members
+    def trl_kl(self, ctx: LossContext) -> torch.Tensor:
+        """(B, T) the KL term exactly as TRL's loss computes it for this micro-batch (differentiable)."""
+        return per_token_kl(
+            ctx.logps,
+            ctx.inputs["ref_per_token_logps"],
+            old_logps=ctx.old_logps,
+            bias_correction=self.args.use_bias_correction_kl,
+        )
+
     def log_metric(self, mode: str, name: str, value: float) -> None:
         self.trainer._metrics[mode][name].append(float(value))
 

@@ -16,8 +16,21 @@ logger = logging.getLogger(__name__)
 KL_CONTROLLERS.register("fixed")(None)
 
 
+class _BetaControl(Extension):
+    """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state."""
+
+    controller: AdaptiveKLController
+
+    def state_dict(self):
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state):
+        self.controller.load_state_dict(state)
+        self.trainer.beta = self.controller.value
+
+
 @KL_CONTROLLERS.register("adaptive")
-class AdaptiveKL(Extension):
+class AdaptiveKL(_BetaControl):
     """Ziegler's controller on the global per-token mean k3 KL of each optimizer step.
 
     Every micro-batch adds its masked KL sum, token count and row count; at the optimizer-step boundary the sums are
@@ -56,16 +69,9 @@ class AdaptiveKL(Extension):
         self.log_metric("train", "kl/value", kl_mean)
         self.log_metric("train", "kl/target", self.controller.target)
 
-    def state_dict(self):
-        return self.controller.state_dict()
-
-    def load_state_dict(self, state):
-        self.controller.load_state_dict(state)
-        self.trainer.beta = self.controller.value
-
 
 @KL_CONTROLLERS.register("diversity")
-class DiversityKL(Extension):
+class DiversityKL(_BetaControl):
     """Beta from diversity: after each generation batch, Distinct-``kl_diversity_n`` of all processes' completions
     moves beta (up while below ``kl_diversity_target``); the new beta applies from the next step. Every process
     gathers the same completions, so all hold the same beta. Logs ``kl/beta``, ``kl/diversity``,
@@ -94,10 +100,3 @@ class DiversityKL(Extension):
         self.log_metric("train", "kl/beta", used)
         self.log_metric("train", "kl/diversity", diversity)
         self.log_metric("train", "kl/diversity_target", self.controller.target)
-
-    def state_dict(self):
-        return self.controller.state_dict()
-
-    def load_state_dict(self, state):
-        self.controller.load_state_dict(state)
-        self.trainer.beta = self.controller.value

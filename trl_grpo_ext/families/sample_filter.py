@@ -7,7 +7,7 @@ import logging
 import torch
 
 from ..core.sample_filter import pf_keep_mask
-from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
+from ..trl_compat import PER_SEQUENCE_LOSS_TYPES
 from .base import Extension, GenerationBatch, LossContext
 
 logger = logging.getLogger(__name__)
@@ -79,10 +79,5 @@ class PolicyFilter(Extension):
         beta = self.trainer.beta
         if ctx.row_scale == 1.0 or beta == 0.0:
             return None
-        kl = per_token_kl(
-            ctx.logps,
-            ctx.inputs["ref_per_token_logps"],
-            old_logps=ctx.old_logps,
-            bias_correction=self.args.use_bias_correction_kl,
-        )
+        kl = self.trl_kl(ctx)
         return beta * (ctx.row_scale - 1.0) * self.aggregate(kl, ctx, scale_rows=False)

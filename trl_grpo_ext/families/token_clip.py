@@ -8,7 +8,6 @@ import torch
 
 from ..core.collectives import LOCAL
 from ..core.token_clip import clip_cov_mask, kl_cov_mask, kl_cov_penalty, ppo_clipped_mask, token_covariance
-from ..trl_compat import per_token_kl
 from .base import TOKEN_CLIPS, Extension, LossContext
 
 TOKEN_CLIPS.register("none")(None)
@@ -77,12 +76,7 @@ class ClipCov(_CovarianceClip):
         beta = self.trainer.beta
         if beta == 0.0 or ctx.selected is None or not bool(ctx.selected.any()):
             return None
-        kl = per_token_kl(
-            ctx.logps,
-            ctx.inputs["ref_per_token_logps"],
-            old_logps=ctx.old_logps,
-            bias_correction=self.args.use_bias_correction_kl,
-        )
+        kl = self.trl_kl(ctx)
         restore = (kl - kl.detach()) * ctx.selected.to(kl.dtype)  # value 0, gradient of the selected tokens' KL
         # Mirrors TRL's own KL term, which the sample filter's rescale corrects separately: no row scale here.
         return beta * self.aggregate(restore, ctx, scale_rows=False)
