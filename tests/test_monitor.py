@@ -2,6 +2,7 @@
 
 import glob
 import json
+import statistics
 import subprocess
 import sys
 
@@ -209,11 +210,28 @@ def test_offline_wandb_run_has_every_documented_key(make_trainer, tmp_path, monk
         "clip_cov/cov_mean",
         "filter/kept_frac",
         "filter/kept_reward_mean",
+        "timing/ext_s",
+        "timing/ext_fraction",
     ]
     missing = [k for k in documented if f"train/{k}" not in keys]
     assert not missing, missing
     assert {"train/kl/*", "train/entropy/*", "train/diversity/*"} <= metrics
     assert any(k.startswith("completions/") for k in keys)  # the completions table
+
+
+def test_ext_timing_attributes_plugin_work(make_trainer):
+    """timing/ext_fraction is a fraction of each step's wall time, small with every feature off and large with AEPO
+    (which regenerates the batch inside the plugin's hook)."""
+    fractions = {}
+    for name, fields in {"off": {}, "aepo": {"entropy_control": "aepo"}}.items():
+        trainer = make_trainer(max_steps=4, **fields)
+        trainer.train()
+        logs = last_logs(trainer)
+        assert len(logs) == 4
+        assert all(0.0 <= h["timing/ext_fraction"] <= 1.0 and h["timing/ext_s"] >= 0.0 for h in logs)
+        fractions[name] = statistics.median(h["timing/ext_fraction"] for h in logs)
+    assert fractions["off"] < 0.2, fractions
+    assert fractions["aepo"] > fractions["off"] + 0.1, fractions
 
 
 def test_plot_command_on_a_real_run(make_trainer, tmp_path):

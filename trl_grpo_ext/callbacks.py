@@ -14,9 +14,11 @@ loss's forward pass, gathered from all processes (a seeded subsample of at most 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import TrainerCallback
@@ -27,6 +29,35 @@ logger = logging.getLogger(__name__)
 
 METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
 ACTIONS = ("warn", "save", "stop")
+
+
+class ExtClock:
+    """Wall time spent in the plugin's own code (hooks, extensions, monitor); nested sections count once.
+
+    ``GRPOExtTrainer`` owns one (``trainer.ext_clock``) and :class:`ExtTimingCallback` turns it into the per-step
+    metrics ``timing/ext_s`` and ``timing/ext_fraction``: what every feature costs, measured inside the run itself
+    rather than by comparing two noisy runs.
+    """
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[None]:
+        self._depth += 1
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.seconds += time.perf_counter() - start
+
+
+def _clock(trainer):
+    clock = getattr(trainer, "ext_clock", None)
+    return clock.measure() if clock is not None else contextlib.nullcontext()
 
 
 def _text(completion) -> str:
@@ -100,8 +131,9 @@ class CollapseMonitor(TrainerCallback):
         def hooked(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
             logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
             if entropies is not None and torch.is_grad_enabled() and trainer.model.training:
-                mask = attention_mask[:, -logits_to_keep:].bool()
-                monitor._record_entropy(entropies.detach()[mask].float().cpu())
+                with _clock(trainer):
+                    mask = attention_mask[:, -logits_to_keep:].bool()
+                    monitor._record_entropy(entropies.detach()[mask].float().cpu())
             return logps, entropies, aux
 
         trainer._get_per_token_logps_and_entropies = hooked
@@ -190,6 +222,10 @@ class CollapseMonitor(TrainerCallback):
             control.should_training_stop = True
 
     def on_step_end(self, args, state, control, **kwargs):
+        with _clock(self.trainer):
+            return self._on_step_end(state, control)
+
+    def _on_step_end(self, state, control):
         values: dict[str, float] = {}
         batch = self._completion_batch() if set(self.metrics) - {"entropy"} else None
         if batch is not None:
@@ -206,8 +242,47 @@ class CollapseMonitor(TrainerCallback):
         return control
 
 
+class ExtTimingCallback(TrainerCallback):
+    """Logs ``timing/ext_s`` (seconds of plugin code in the optimizer step) and ``timing/ext_fraction`` (that over the
+    step's wall time, from ``on_step_begin`` to ``on_step_end``). ``1 / (1 - ext_fraction)`` bounds the slowdown
+    against ``trl.GRPOTrainer`` from the plugin's own work; it leaves out the backward pass through token-clip masks
+    (an elementwise product). Added last by ``GRPOExtTrainer`` so the monitor's own time is included.
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self._start: float | None = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.trainer.ext_clock.seconds = 0.0
+        self._start = time.perf_counter()
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._start is None:
+            return control
+        wall = time.perf_counter() - self._start
+        seconds = self.trainer.ext_clock.seconds
+        self.trainer._metrics["train"]["timing/ext_s"].append(seconds)
+        self.trainer._metrics["train"]["timing/ext_fraction"].append(seconds / wall if wall > 0 else 0.0)
+        self._start = None
+        return control
+
+
 #: Metric namespaces that get their own wandb section and step axis.
-METRIC_GROUPS = ("kl", "entropy", "diversity", "clip_cov", "kl_cov", "filter", "prm", "alarm", "aepo", "rewards")
+METRIC_GROUPS = (
+    "kl",
+    "entropy",
+    "diversity",
+    "clip_cov",
+    "kl_cov",
+    "filter",
+    "prm",
+    "alarm",
+    "aepo",
+    "rewards",
+    "timing",
+)
 
 
 class MetricGroupsCallback(TrainerCallback):

@@ -24,7 +24,7 @@ import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from .callbacks import CollapseMonitor, MetricGroupsCallback
+from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import GRPOExtConfig
 from .core.diversity import pass_at_k
 from .families import (
@@ -130,6 +130,7 @@ class GRPOExtTrainer(GRPOTrainer):
         if callable(step_reward_funcs):
             step_reward_funcs = [step_reward_funcs]
         self.step_reward_funcs = list(step_reward_funcs or [])
+        self.ext_clock = ExtClock()  # before super(): TRL may call the hooks below while it builds itself
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
@@ -162,6 +163,7 @@ class GRPOExtTrainer(GRPOTrainer):
             )
             self.add_callback(self.collapse_monitor)
         self.add_callback(MetricGroupsCallback())
+        self.add_callback(ExtTimingCallback(self))  # last, so it times the monitor too
 
     # ------------------------------------------------------------------ helpers
     def ext_generator(self, tag: str, *, per_rank: bool, device: torch.device | str) -> torch.Generator:
@@ -180,6 +182,11 @@ class GRPOExtTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ generation side
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        with self.ext_clock.measure():
+            self._check_and_keep_rewards(rewards_per_func, inputs, prompts, completions, completion_ids_list)
+        return rewards_per_func
+
+    def _check_and_keep_rewards(self, rewards_per_func, inputs, prompts, completions, completion_ids_list) -> None:
         infinite = torch.isinf(rewards_per_func)
         if infinite.any():
             bad = sorted({self.reward_func_names[j] for j in infinite.nonzero()[:, 1].tolist()})
@@ -191,10 +198,14 @@ class GRPOExtTrainer(GRPOTrainer):
         self._ext_reward_call = dict(
             inputs=inputs, prompts=prompts, completions=completions, completion_ids_list=completion_ids_list
         )
-        return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
+        with self.ext_clock.measure():
+            self._on_generation(output)
+        return output
+
+    def _on_generation(self, output) -> None:
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         local_rows = output["completion_ids"].size(0)
@@ -213,7 +224,6 @@ class GRPOExtTrainer(GRPOTrainer):
         if mode == "eval" and self.args.eval_pass_at_k:
             self._log_pass_at_k(batch)
         self._ext_rewards_per_func = self._ext_reward_call = None
-        return output
 
     # ------------------------------------------------------------------ evaluation
     def _log_pass_at_k(self, batch: GenerationBatch) -> None:
@@ -265,13 +275,14 @@ class GRPOExtTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ loss side
     def _compute_loss(self, model, inputs):
-        mode = "train" if self.model.training else "eval"
-        completion_mask = inputs["completion_mask"]
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        row_scale = PolicyFilter.row_scale(inputs, self.loss_type, self.args.pf_rescale)
-        if row_scale != 1.0:
-            inputs = {**inputs, "advantages": inputs["advantages"] * row_scale}
-        ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
+        with self.ext_clock.measure():
+            mode = "train" if self.model.training else "eval"
+            completion_mask = inputs["completion_mask"]
+            mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+            row_scale = PolicyFilter.row_scale(inputs, self.loss_type, self.args.pf_rescale)
+            if row_scale != 1.0:
+                inputs = {**inputs, "advantages": inputs["advantages"] * row_scale}
+            ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
         self._ext_loss_ctx = ctx
         try:
             loss = super()._compute_loss(model, inputs)
@@ -282,12 +293,13 @@ class GRPOExtTrainer(GRPOTrainer):
                 "GRPOExtTrainer: TRL's _compute_loss did not call _get_per_token_logps_and_entropies; this TRL version "
                 f"({trl.__version__}) is not supported (use trl>={TRL_VERSION},<1.17)."
             )
-        for extension in self.extensions.values():
-            term = extension.extra_loss(ctx)
-            if term is not None:
-                loss = loss + term
-        for extension in self.extensions.values():
-            extension.after_loss(ctx)
+        with self.ext_clock.measure():
+            for extension in self.extensions.values():
+                term = extension.extra_loss(ctx)
+                if term is not None:
+                    loss = loss + term
+            for extension in self.extensions.values():
+                extension.after_loss(ctx)
         return loss
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -298,8 +310,9 @@ class GRPOExtTrainer(GRPOTrainer):
         if ctx is not None and ctx.logps is None:  # the differentiable call inside _compute_loss
             ctx.logps = logps
             ctx.entropies = entropies
-            for extension in self.extensions.values():
-                logps = extension.modify_logps(logps, ctx)
+            with self.ext_clock.measure():
+                for extension in self.extensions.values():
+                    logps = extension.modify_logps(logps, ctx)
         return logps, entropies, aux
 
     # ------------------------------------------------------------------ checkpoints
