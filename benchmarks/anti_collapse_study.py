@@ -1,13 +1,21 @@
 """The anti-collapse study: every tool against vanilla GRPO under a setting that collapses it, several seeds.
 
     python benchmarks/anti_collapse_study.py --seeds 0 1 2 --out docs/images --table docs/results_table.md
+    python benchmarks/anti_collapse_study.py --setting chains --seeds 0 1 2 --out docs/images
 
-Setting: the tiny random Llama on single-digit sums with the first-character and digit-fraction rewards, batch 32
-(4 prompts x 8 completions), learning rate 5e-3 (linear decay), 60 steps: vanilla GRPO's token entropy collapses.
-Per run: final entropy (mean of the last 10 steps), area under the entropy curve (mean over all steps), held-out
-exact-match accuracy (greedy, 128 problems), pass@1 and pass@8 (8 samples at temperature 1 for 32 problems, the
-unbiased estimator), Distinct-2 and repetition of the training samples (mean of the last 10 steps). Reported as
-mean +- std over seeds. CPU, about 20-30 minutes for 10 methods x 3 seeds.
+Settings (``benchmarks/collapse_setting.py``):
+
+- ``sums`` (default): the tiny random Llama on single-digit sums with the first-character and digit-fraction rewards,
+  batch 32 (4 prompts x 8), learning rate 5e-3 (linear decay), 60 steps: vanilla GRPO's token entropy collapses.
+  Accuracy stays 0 (shaping rewards do not teach exact sums): it measures collapse, not learning.
+- ``chains``: the SFT warm start on two-operation chains (about half the held-out problems solved), GRPO on the
+  final-answer reward at learning rate 2e-4 (linear decay), batch 64 (8 x 8), T 0.7, 100 steps: vanilla GRPO's
+  reward collapses and the model unlearns the task. Entropy targets are 0.3 (the warm start samples at about 0.15).
+
+Per run: final entropy (mean of the last 10 steps), area under the entropy curve (mean over all steps), final training
+reward (last 10 steps), held-out accuracy (greedy, 128 problems), pass@1 and pass@8 (8 samples for 32 problems at the
+setting's sampling temperature, the unbiased estimator), Distinct-2 and repetition of the training samples (last 10
+steps). Reported as mean +- std over seeds. CPU, about 20-40 minutes for 10 methods x 3 seeds.
 """
 
 from __future__ import annotations
@@ -17,60 +25,101 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
-from collapse_setting import train_collapse_setting
+from collapse_setting import chains_warm_start, default_cache, train_chains_setting, train_collapse_setting
+from datasets import Dataset
 
 from trl_grpo_ext import testkit
 from trl_grpo_ext.core import pass_at_k
 
-METHODS = {
-    "vanilla": {},
-    "clip-higher (eps_high 0.28)": {"epsilon_high": 0.28},
-    "TRL adaptive entropy bonus": {"entropy_coef": 0.01, "use_adaptive_entropy": True, "entropy_target": 1.0},
-    "Clip-Cov": {"token_clip": "clip_cov"},
-    "KL-Cov (num_iterations 2)": {"token_clip": "kl_cov", "num_iterations": 2},
-    "PF best-worst": {"sample_filter": "best_worst", "loss_type": "grpo"},
-    "adaptive KL": {"beta": 0.04, "kl_control": "adaptive", "kl_target": 0.05, "kl_horizon": 2000},
-    "diversity KL": {"beta": 0.04, "kl_control": "diversity", "kl_diversity_target": 0.5, "kl_horizon": 2000},
-    "AEPO (target 1.0)": {"entropy_control": "aepo", "aepo_target_entropy": 1.0},
-    "all on": {
-        "token_clip": "clip_cov",
-        "sample_filter": "best_worst",
-        "loss_type": "grpo",
-        "beta": 0.04,
-        "kl_control": "adaptive",
-        "kl_target": 0.05,
-        "kl_horizon": 2000,
-        "entropy_control": "aepo",
-        "aepo_target_entropy": 1.0,
-    },
+
+def methods(entropy_target: float) -> dict[str, dict]:
+    """The compared methods; ``entropy_target`` is the target of TRL's adaptive entropy bonus and of AEPO."""
+    return {
+        "vanilla": {},
+        "clip-higher (eps_high 0.28)": {"epsilon_high": 0.28},
+        "TRL adaptive entropy bonus": {
+            "entropy_coef": 0.01,
+            "use_adaptive_entropy": True,
+            "entropy_target": entropy_target,
+        },
+        "Clip-Cov": {"token_clip": "clip_cov"},
+        "KL-Cov (num_iterations 2)": {"token_clip": "kl_cov", "num_iterations": 2},
+        "PF best-worst": {"sample_filter": "best_worst", "loss_type": "grpo"},
+        "adaptive KL": {"beta": 0.04, "kl_control": "adaptive", "kl_target": 0.05, "kl_horizon": 2000},
+        "diversity KL": {"beta": 0.04, "kl_control": "diversity", "kl_diversity_target": 0.5, "kl_horizon": 2000},
+        f"AEPO (target {entropy_target})": {"entropy_control": "aepo", "aepo_target_entropy": entropy_target},
+        "all on": {
+            "token_clip": "clip_cov",
+            "sample_filter": "best_worst",
+            "loss_type": "grpo",
+            "beta": 0.04,
+            "kl_control": "adaptive",
+            "kl_target": 0.05,
+            "kl_horizon": 2000,
+            "entropy_control": "aepo",
+            "aepo_target_entropy": entropy_target,
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Setting:
+    problems: Callable[..., Dataset]  # (n, seed=...) -> held-out rows with prompt and answer
+    reward: Callable[..., list[float]]  # correctness of a completion, for accuracy and pass@k
+    max_new_tokens: int
+    temperature: float  # sampling temperature of pass@k (the setting's training temperature)
+    lr: float
+    steps: int
+    entropy_target: float  # of TRL's adaptive entropy bonus and AEPO
+
+
+SETTINGS = {
+    "sums": Setting(testkit.arithmetic_dataset, testkit.exact_match_reward, 8, 1.0, 5e-3, 60, 1.0),
+    "chains": Setting(
+        lambda n, seed: testkit.multistep_dataset(n, seed=seed, ops="+"),
+        testkit.final_answer_reward,
+        max_new_tokens=20,
+        temperature=0.7,
+        lr=2e-4,
+        steps=100,
+        entropy_target=0.3,
+    ),
 }
 
 
 @torch.no_grad()
-def held_out(model, tok, seed: int) -> dict[str, float]:
+def held_out(model, tok, seed: int, setting: str) -> dict[str, float]:
+    spec = SETTINGS[setting]
+    reward, max_new_tokens = spec.reward, spec.max_new_tokens
     model.eval()
-    problems = testkit.arithmetic_dataset(128, seed=50_000 + seed)
+    problems = spec.problems(128, seed=50_000 + seed)
     enc = tok(list(problems["prompt"]), return_tensors="pt", padding=True, add_special_tokens=False)
     out = model.generate(
-        **enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+        **enc,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
     )
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    accuracy = sum(testkit.exact_match_reward(texts, list(problems["answer"]))) / len(texts)
+    accuracy = sum(reward(texts, answer=list(problems["answer"]))) / len(texts)
     sub = problems.select(range(32))
     torch.manual_seed(seed)
     enc = tok([p for p in sub["prompt"] for _ in range(8)], return_tensors="pt", padding=True, add_special_tokens=False)
     out = model.generate(
         **enc,
-        max_new_tokens=8,
+        max_new_tokens=max_new_tokens,
         do_sample=True,
-        temperature=1.0,
+        temperature=spec.temperature,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
     )
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    correct = testkit.exact_match_reward(texts, [a for a in sub["answer"] for _ in range(8)])
+    correct = reward(texts, answer=[a for a in sub["answer"] for _ in range(8)])
     counts = [int(sum(correct[i * 8 : (i + 1) * 8])) for i in range(32)]
     return {
         "accuracy": accuracy,
@@ -79,42 +128,74 @@ def held_out(model, tok, seed: int) -> dict[str, float]:
     }
 
 
-def run(model_path: str, method: dict, seed: int, steps: int, lr: float) -> dict:
-    trainer = train_collapse_setting(
+def run(model_path: str, method: dict, seed: int, steps: int, lr: float, setting: str) -> dict:
+    train = train_collapse_setting if setting == "sums" else train_chains_setting
+    trainer = train(
         model_path, steps=steps, lr=lr, seed=seed, diversity_metrics=["distinct", "repetition", "entropy"], **method
     )
     logs = [h for h in trainer.state.log_history if "entropy" in h]
     last = logs[-10:]
     result = {
         "entropy_curve": [h["entropy"] for h in logs],
+        "reward_curve": [h["reward"] for h in logs],
         "final_entropy": statistics.mean(h["entropy"] for h in last),
         "auc_entropy": statistics.mean(h["entropy"] for h in logs),
+        "final_reward": statistics.mean(h["reward"] for h in last),
         "distinct_2": statistics.mean(h["diversity/distinct_2"] for h in last if "diversity/distinct_2" in h),
         "repetition": statistics.mean(h["diversity/repetition"] for h in last if "diversity/repetition" in h),
     }
-    result.update(held_out(trainer.model, testkit.build_char_tokenizer(), seed))
+    result.update(held_out(trainer.model, testkit.build_char_tokenizer(), seed, setting))
     return result
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--setting", choices=list(SETTINGS), default="sums")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--steps", type=int, default=None, help="default: 60 (sums), 100 (chains)")
+    parser.add_argument("--lr", type=float, default=None, help="default: 5e-3 (sums), 2e-4 (chains)")
+    parser.add_argument("--methods", nargs="+", default=None, help="default: all")
     parser.add_argument("--out", default="anti_collapse_study")
     parser.add_argument("--table", default=None, help="also write the markdown table to this file")
+    parser.add_argument("--cache", default=default_cache(), help="where the chains warm start is cached")
     args = parser.parse_args()
+    spec = SETTINGS[args.setting]
+    args.lr = spec.lr if args.lr is None else args.lr
+    args.steps = spec.steps if args.steps is None else args.steps
+    compared = methods(spec.entropy_target)
+    args.methods = args.methods or list(compared)
+    unknown = set(args.methods) - set(compared)
+    if unknown:
+        parser.error(f"unknown method(s) {sorted(unknown)}; choose from {list(compared)}")
     os.makedirs(args.out, exist_ok=True)
-    model_path = testkit.save_tiny_model(os.path.join(tempfile.mkdtemp(), "tiny"))
+    tok = testkit.build_char_tokenizer()
+    if args.setting == "sums":
+        model_path = testkit.save_tiny_model(os.path.join(tempfile.mkdtemp(), "tiny"))
+    else:
+        model_path = chains_warm_start(args.cache)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
     for seed in args.seeds:  # interleaved: every method once per seed
         for name in args.methods:
-            results[name].append(run(model_path, METHODS[name], seed, args.steps, args.lr))
-            print(f"seed {seed} {name}: final entropy {results[name][-1]['final_entropy']:.3f}", flush=True)
-    with open(os.path.join(args.out, "anti_collapse_results.json"), "w") as f:
+            results[name].append(run(model_path, compared[name], seed, args.steps, args.lr, args.setting))
+            r = results[name][-1]
+            print(
+                f"seed {seed} {name}: final entropy {r['final_entropy']:.3f}, reward {r['final_reward']:.3f}, "
+                f"accuracy {r['accuracy']:.3f}",
+                flush=True,
+            )
+    prefix = "anti_collapse" if args.setting == "sums" else f"anti_collapse_{args.setting}"
+    with open(os.path.join(args.out, f"{prefix}_results.json"), "w") as f:
         json.dump(results, f)
-    keys = ["final_entropy", "auc_entropy", "accuracy", "pass@1", "pass@8", "distinct_2", "repetition"]
+    keys = [
+        "final_entropy",
+        "auc_entropy",
+        "final_reward",
+        "accuracy",
+        "pass@1",
+        "pass@8",
+        "distinct_2",
+        "repetition",
+    ]
     header = "| method | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys) + "\n"
     rows = []
     for name, runs in results.items():
@@ -124,8 +205,23 @@ def main():
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             cells.append(f"{statistics.mean(values):.3f} +- {spread:.3f}")
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    if args.setting == "chains":  # the warm start on the same held-out problems, for reference
+        from transformers import AutoModelForCausalLM
+
+        start = [
+            held_out(AutoModelForCausalLM.from_pretrained(model_path), tok, seed, args.setting) for seed in args.seeds
+        ]
+        cells = []
+        for key in keys:
+            values = [r[key] for r in start] if key in start[0] else None
+            cells.append(
+                f"{statistics.mean(values):.3f} +- {statistics.stdev(values) if len(values) > 1 else 0.0:.3f}"
+                if values
+                else ""
+            )
+        rows.insert(0, "| (SFT warm start, no GRPO) | " + " | ".join(cells) + " |")
     table = header + "\n".join(rows) + "\n"
-    print(f"\nlr={args.lr} steps={args.steps} seeds={args.seeds}\n" + table)
+    print(f"\nsetting={args.setting} lr={args.lr} steps={args.steps} seeds={args.seeds}\n" + table)
     if args.table:
         with open(args.table, "w") as f:
             f.write(table)
@@ -135,18 +231,21 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, runs in results.items():
-        curve = torch.tensor([r["entropy_curve"] for r in runs]).mean(0)
-        ax.plot(range(1, len(curve) + 1), curve.tolist(), label=name, linewidth=2 if name == "vanilla" else 1)
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"mean token entropy (mean of {len(args.seeds)} seeds)")
-    ax.set_title(f"Anti-collapse tools vs vanilla GRPO (lr {args.lr})")
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for key, ax in zip(["entropy_curve", "reward_curve"], axes, strict=True):
+        for name, runs in results.items():
+            curve = torch.tensor([r[key] for r in runs]).mean(0)
+            ax.plot(range(1, len(curve) + 1), curve.tolist(), label=name, linewidth=2 if name == "vanilla" else 1)
+        ax.set_xlabel("step")
+        what = "mean token entropy" if key == "entropy_curve" else "training reward"
+        ax.set_ylabel(f"{what} (mean of {len(args.seeds)} seeds)")
+        ax.grid(alpha=0.3)
+    axes[0].set_title(f"Anti-collapse tools vs vanilla GRPO ({args.setting}, lr {args.lr})")
+    axes[1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "anti_collapse_entropy.png"), dpi=110)
-    print(os.path.join(args.out, "anti_collapse_entropy.png"))
+    path = os.path.join(args.out, f"{prefix}_entropy.png")
+    fig.savefig(path, dpi=110)
+    print(path)
 
 
 if __name__ == "__main__":

@@ -31,3 +31,16 @@ def test_rewards_and_datasets():
 def eval_free(prompt: str) -> int:
     a, b = prompt.rstrip("=").split("+")
     return int(a) + int(b)
+
+
+def test_step_accuracy_reward_hand_computed():
+    prompts = ["3+4+2="] * 4 + ["1+1+1="]
+    completions = [
+        "3+4=7\n7+2=9\n9",  # all three steps on the path
+        "3+4=7\n7+2=10\n10",  # first step right, then wrong arithmetic and a wrong answer: 1/3
+        "3+4=8\n8+2=10\n10",  # a correct equation off the path scores 0: 0/3
+        "3+4=7\n\n7+2=9\n9\n",  # blank lines are not steps: 3/3
+        "",  # no steps at all
+    ]
+    scores = testkit.step_accuracy_reward(prompts, completions, answer=["9"] * 4 + ["3"])
+    assert scores == [1.0, 1 / 3, 0.0, 1.0, 0.0]

@@ -210,6 +210,16 @@ def arithmetic_step_reward(prompts, completions, steps, answer, **kwargs) -> lis
     return out
 
 
+def step_accuracy_reward(prompts, completions, answer, **kwargs) -> list[float]:
+    """Fraction of a completion's lines (steps) that :func:`arithmetic_step_reward` scores 1; 0.0 when empty.
+
+    A sequence-level view of step accuracy, for logging it during training (give it reward weight 0).
+    """
+    steps = [[line for line in _text(c).split("\n") if line.strip()] for c in completions]
+    scores = arithmetic_step_reward([_text(p) for p in prompts], completions, steps, answer)
+    return [sum(row) / len(row) if row else 0.0 for row in scores]
+
+
 def final_answer_reward(completions, answer, **kwargs) -> list[float]:
     """Outcome reward of the multi-step task: 1.0 when the last non-blank line is the answer."""
     out = []
