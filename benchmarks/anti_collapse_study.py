@@ -135,12 +135,15 @@ def run(model_path: str, method: dict, seed: int, steps: int, lr: float, setting
     )
     logs = [h for h in trainer.state.log_history if "entropy" in h]
     last = logs[-10:]
+    rewards = [h["reward"] for h in logs if "reward" in h]  # generation steps only (num_iterations > 1 reuses)
     result = {
+        "steps": [h["step"] for h in logs],
         "entropy_curve": [h["entropy"] for h in logs],
-        "reward_curve": [h["reward"] for h in logs],
+        "reward_steps": [h["step"] for h in logs if "reward" in h],
+        "reward_curve": rewards,
         "final_entropy": statistics.mean(h["entropy"] for h in last),
         "auc_entropy": statistics.mean(h["entropy"] for h in logs),
-        "final_reward": statistics.mean(h["reward"] for h in last),
+        "final_reward": statistics.mean(rewards[-10:]),
         "distinct_2": statistics.mean(h["diversity/distinct_2"] for h in last if "diversity/distinct_2" in h),
         "repetition": statistics.mean(h["diversity/repetition"] for h in last if "diversity/repetition" in h),
     }
@@ -226,26 +229,37 @@ def main():
         with open(args.table, "w") as f:
             f.write(table)
 
+    path = os.path.join(args.out, f"{prefix}_entropy.png")
+    plot_curves(results, path, title=f"Anti-collapse tools vs vanilla GRPO ({args.setting}, lr {args.lr})")
+    print(path)
+
+
+def plot_curves(results: dict[str, list[dict]], path: str, *, title: str, smooth: int = 5) -> None:
+    """Entropy and training reward per method (mean of seeds, rolling mean over ``smooth`` logged points)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def rolling(values: list[float]) -> list[float]:
+        return [statistics.mean(values[max(0, i - smooth + 1) : i + 1]) for i in range(len(values))]
+
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    for key, ax in zip(["entropy_curve", "reward_curve"], axes, strict=True):
-        for name, runs in results.items():
-            curve = torch.tensor([r[key] for r in runs]).mean(0)
-            ax.plot(range(1, len(curve) + 1), curve.tolist(), label=name, linewidth=2 if name == "vanilla" else 1)
+    for (x_key, key), ax in zip([("steps", "entropy_curve"), ("reward_steps", "reward_curve")], axes, strict=True):
+        for i, (name, runs) in enumerate(results.items()):
+            curve = torch.tensor([r[key] for r in runs]).mean(0).tolist()
+            style = "-" if i < 10 else "--"
+            width = 2.5 if name == "vanilla" else 1.2
+            x = runs[0].get(x_key, list(range(1, len(curve) + 1)))  # older result files have no step lists
+            ax.plot(x, rolling(curve), style, label=name, linewidth=width)
         ax.set_xlabel("step")
         what = "mean token entropy" if key == "entropy_curve" else "training reward"
-        ax.set_ylabel(f"{what} (mean of {len(args.seeds)} seeds)")
+        ax.set_ylabel(f"{what} (mean of {len(next(iter(results.values())))} seeds, rolling {smooth})")
         ax.grid(alpha=0.3)
-    axes[0].set_title(f"Anti-collapse tools vs vanilla GRPO ({args.setting}, lr {args.lr})")
+    axes[0].set_title(title)
     axes[1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    path = os.path.join(args.out, f"{prefix}_entropy.png")
     fig.savefig(path, dpi=110)
-    print(path)
 
 
 if __name__ == "__main__":

@@ -167,7 +167,8 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "prm_step_accuracy.json"), "w") as f:
-        json.dump({"args": vars(args), "start": start, "results": results}, f, indent=1)
+        settings = {k: v for k, v in vars(args).items() if k not in ("out", "cache")}  # no local paths
+        json.dump({"args": settings, "start": start, "results": results}, f, indent=1)
     plot(results, start, os.path.join(args.out, "prm_step_accuracy.png"))
     print(
         f"\nsteps={args.steps} lr={args.lr} ({args.lr_scheduler}) T={args.temperature} batch={args.batch} "

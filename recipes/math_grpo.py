@@ -285,11 +285,18 @@ def print_summary(summary: dict, output_dir: str) -> None:
         print(f"{'model':<8}{'answer_acc':>11}{'step_acc':>10}{'distinct_2':>12}")
         for name, m in rows:
             print(f"{name:<8}{m['answer_acc']:>11.3f}{m['step_acc']:>10.3f}{m['distinct_2']:>12.3f}")
-        first, last = rows[0][1], rows[-1][1]
-        print(
-            f"held-out answer accuracy {100 * first['answer_acc']:.1f}% -> {100 * last['answer_acc']:.1f}% "
-            f"({100 * (last['answer_acc'] - first['answer_acc']):+.1f} points)"
-        )
+
+        def change(name: str, a: dict, b: dict) -> None:
+            print(
+                f"{name}: held-out answer accuracy {100 * a['answer_acc']:.1f}% -> {100 * b['answer_acc']:.1f}% "
+                f"({100 * (b['answer_acc'] - a['answer_acc']):+.1f} points), step accuracy "
+                f"{100 * a['step_acc']:.1f}% -> {100 * b['step_acc']:.1f}% "
+                f"({100 * (b['step_acc'] - a['step_acc']):+.1f})"
+            )
+
+        if "sft" in summary:
+            change("SFT warm start", summary["init"], summary["sft"])
+        change("GRPO", rows[-2][1], rows[-1][1])  # the change GRPO itself made, from its own start
         for sample in rows[-1][1]["samples"]:
             print("  ", sample)
     t = summary["train"]

@@ -1,8 +1,8 @@
 """A saved wandb workspace for KL and diversity: ``python -m trl_grpo_ext.dashboard --entity E --project P``.
 
 Builds the workspace with ``wandb-workspaces`` (sections for KL control, entropy, diversity and the collapse alarm,
-token clipping and filtering, rewards) and saves it to the project. ``--dry-run`` prints the workspace's spec as JSON
-without touching the network.
+token clipping and filtering, rewards, the plugin's own cost) and saves it to the project. ``--dry-run`` prints the
+workspace's spec as JSON without touching the network.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ SECTIONS = {
         "train/prm/step_reward_mean",
         "train/prm/adv_abs_mean",
     ],
+    "Cost": ["train/timing/ext_fraction", "train/timing/ext_s", "train/step_time", "train/aepo/extra_gen_time"],
 }
 
 
