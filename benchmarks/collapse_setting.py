@@ -54,8 +54,18 @@ def default_cache() -> str:
     return os.path.join(tempfile.gettempdir(), "trl_grpo_ext_prm_study")
 
 
-def train_chains_setting(model_path: str, *, steps: int, lr: float, seed: int, **overrides) -> GRPOExtTrainer:
-    """GRPO from the ``chains`` warm start on the final-answer reward (batch 64 = 8 x 8, T 0.7, 20 tokens)."""
+def train_chains_setting(
+    model_path: str,
+    *,
+    steps: int,
+    lr: float,
+    seed: int,
+    reward_funcs: list | None = None,
+    step_reward_funcs: list | None = None,
+    **overrides,
+) -> GRPOExtTrainer:
+    """GRPO from the ``chains`` warm start (batch 64 = 8 x 8, T 0.7, 20 tokens), by default on the final-answer
+    reward; ``overrides`` are GRPOExtConfig fields, ``step_reward_funcs`` go to the trainer (PRM)."""
     args = GRPOExtConfig(
         **{
             "output_dir": tempfile.mkdtemp(),
@@ -77,10 +87,11 @@ def train_chains_setting(model_path: str, *, steps: int, lr: float, seed: int, *
     )
     trainer = GRPOExtTrainer(
         model=model_path,
-        reward_funcs=[testkit.final_answer_reward],
+        reward_funcs=reward_funcs or [testkit.final_answer_reward],
         args=args,
         train_dataset=testkit.multistep_dataset(20_000, seed=1 + seed, ops="+"),
         processing_class=testkit.build_char_tokenizer(),
+        step_reward_funcs=step_reward_funcs,
     )
     trainer.train()
     return trainer

@@ -22,13 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 
 import torch
-from collapse_setting import chains_warm_start, default_cache
+from collapse_setting import chains_warm_start, default_cache, train_chains_setting
 from transformers import AutoModelForCausalLM
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+from trl_grpo_ext import GRPOExtTrainer, testkit
 from trl_grpo_ext.prm import segment_completion
 
 METHODS = {
@@ -60,38 +59,24 @@ def evaluate(model, tok, problems) -> dict[str, float]:
     }
 
 
-def train_one(method: str, start: str, tok, args, seed: int) -> tuple[GRPOExtTrainer, list[tuple[int, float]]]:
+def train_one(method: str, start: str, args, seed: int) -> tuple[GRPOExtTrainer, list[tuple[int, float]]]:
     estimator, outcome_coef = METHODS[method]
-    config = GRPOExtConfig(
-        output_dir=tempfile.mkdtemp(),
+    trainer = train_chains_setting(
+        start,
+        steps=args.steps,
+        lr=args.lr,
+        seed=seed,
+        reward_funcs=[testkit.final_answer_reward, testkit.step_accuracy_reward],
+        step_reward_funcs=[testkit.arithmetic_step_reward] if estimator == "prm" else None,
+        reward_weights=[1.0, 0.0],  # the step-accuracy reward is logged, never trained on
         per_device_train_batch_size=args.batch,
         num_generations=args.num_generations,
-        max_completion_length=20,
-        max_steps=args.steps,
-        learning_rate=args.lr,
         lr_scheduler_type=args.lr_scheduler,
         temperature=args.temperature,
-        reward_weights=[1.0, 0.0],  # the step-accuracy reward is logged, never trained on
         logging_steps=10,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=seed,
-        save_strategy="no",
-        disable_tqdm=True,
         advantage_estimator=estimator,
         prm_outcome_coef=outcome_coef,
     )
-    kwargs = {"step_reward_funcs": [testkit.arithmetic_step_reward]} if estimator == "prm" else {}
-    trainer = GRPOExtTrainer(
-        model=start,
-        reward_funcs=[testkit.final_answer_reward, testkit.step_accuracy_reward],
-        args=config,
-        train_dataset=testkit.multistep_dataset(20_000, seed=1 + seed, ops="+"),
-        processing_class=tok,
-        **kwargs,
-    )
-    trainer.train()
     curve = [
         (h["step"], h["rewards/step_accuracy_reward/mean"])
         for h in trainer.state.log_history
@@ -161,7 +146,7 @@ def main():
     results: dict[str, list[dict]] = {method: [] for method in args.runs}
     for seed in args.seeds:  # interleaved: every method once per seed
         for method in args.runs:
-            trainer, curve = train_one(method, start_path, tok, args, seed)
+            trainer, curve = train_one(method, start_path, args, seed)
             results[method].append({"seed": seed, "eval": evaluate(trainer.model, tok, heldout), "curve": curve})
             print(f"done: {method} seed {seed}: {results[method][-1]['eval']}", flush=True)
 
