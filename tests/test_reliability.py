@@ -1,5 +1,6 @@
 """Reliability: resume continues identically, bad inputs give a clear error or a finite loss."""
 
+import json
 import math
 
 import pytest
@@ -38,6 +39,18 @@ def test_resume_continues_identically(make_trainer, tmp_path):
     assert resumed.beta == pytest.approx(full.beta, rel=1e-6)
     aepo_a, aepo_b = full.extensions["entropy_control"], resumed.extensions["entropy_control"]
     assert aepo_b.last_entropy == pytest.approx(aepo_a.last_entropy, rel=1e-5)
+
+
+def test_resume_keeps_the_collapse_alarm_baseline(make_trainer, tmp_path):
+    """The alarm compares Distinct-2 with the run's first value; a resumed run must not take a later one instead."""
+    fields = dict(max_steps=4, save_strategy="steps", save_steps=2, diversity_metrics=["distinct"])
+    full = make_trainer(**fields)
+    full.train()
+    saved = json.loads((tmp_path / "out" / "checkpoint-2" / "grpo_ext_state.json").read_text())
+    assert saved["collapse_monitor"]["baseline_distinct2"] == full.collapse_monitor.baseline_distinct2
+    resumed = make_trainer(**fields)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    assert resumed.collapse_monitor.baseline_distinct2 == full.collapse_monitor.baseline_distinct2
 
 
 def test_none_and_nan_rewards_give_finite_loss(make_trainer):

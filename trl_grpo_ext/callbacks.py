@@ -221,6 +221,13 @@ class CollapseMonitor(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
 
+    def state_dict(self) -> dict:
+        """What a resumed run needs: the Distinct-2 baseline of the alarm (saved by GRPOExtTrainer's checkpoints)."""
+        return {} if self.baseline_distinct2 is None else {"baseline_distinct2": self.baseline_distinct2}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.baseline_distinct2 = state.get("baseline_distinct2")
+
     def on_step_end(self, args, state, control, **kwargs):
         with _clock(self.trainer):
             return self._on_step_end(state, control)

@@ -316,8 +316,15 @@ class GRPOExtTrainer(GRPOTrainer):
         return logps, entropies, aux
 
     # ------------------------------------------------------------------ checkpoints
+    def _stateful(self) -> dict[str, Any]:
+        """Everything with checkpointed state: the extensions (by family) and the collapse monitor."""
+        parts: dict[str, Any] = dict(self.extensions)
+        if self.collapse_monitor is not None:
+            parts["collapse_monitor"] = self.collapse_monitor
+        return parts
+
     def ext_state_dict(self) -> dict[str, Any]:
-        return {family: ext.state_dict() for family, ext in self.extensions.items() if ext.state_dict()}
+        return {name: part.state_dict() for name, part in self._stateful().items() if part.state_dict()}
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -334,19 +341,20 @@ class GRPOExtTrainer(GRPOTrainer):
         if checkpoint is None:
             return
         path = os.path.join(checkpoint, STATE_FILE)
+        parts = self._stateful()
         if not os.path.exists(path):
-            if any(ext.state_dict() for ext in self.extensions.values()):
+            if any(part.state_dict() for part in parts.values()):
                 logger.warning(
                     "Checkpoint %s has no %s: extensions start from their initial state.", checkpoint, STATE_FILE
                 )
             return
         with open(path) as f:
             state = json.load(f)
-        for family, ext_state in state.items():
-            if family in self.extensions:
-                self.extensions[family].load_state_dict(ext_state)
+        for name, part_state in state.items():
+            if name in parts:
+                parts[name].load_state_dict(part_state)
             else:
-                logger.warning("Checkpoint state for %r ignored: that family is off in this run.", family)
+                logger.warning("Checkpoint state for %r ignored: that family is off in this run.", name)
 
 
 __all__ = ["GRPOExtTrainer"]
