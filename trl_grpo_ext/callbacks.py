@@ -251,9 +251,10 @@ class CollapseMonitor(TrainerCallback):
 
 class ExtTimingCallback(TrainerCallback):
     """Logs ``timing/ext_s`` (seconds of plugin code in the optimizer step) and ``timing/ext_fraction`` (that over the
-    step's wall time, from ``on_step_begin`` to ``on_step_end``). ``1 / (1 - ext_fraction)`` bounds the slowdown
-    against ``trl.GRPOTrainer`` from the plugin's own work; it leaves out the backward pass through token-clip masks
-    (an elementwise product). Added last by ``GRPOExtTrainer`` so the monitor's own time is included.
+    step's wall time, from ``on_step_begin`` to ``on_step_end``). ``1 / (1 - ext_fraction)`` estimates the slowdown
+    against ``trl.GRPOTrainer`` caused by the plugin's own work; it leaves out the backward pass through token-clip
+    masks (an elementwise product). Per process, not reduced. Added last by ``GRPOExtTrainer`` so the monitor's own
+    time is included.
     """
 
     def __init__(self, trainer):

@@ -130,7 +130,7 @@ class GRPOExtTrainer(GRPOTrainer):
         if callable(step_reward_funcs):
             step_reward_funcs = [step_reward_funcs]
         self.step_reward_funcs = list(step_reward_funcs or [])
-        self.ext_clock = ExtClock()  # before super(): TRL may call the hooks below while it builds itself
+        self.ext_clock = ExtClock()  # set before super().__init__ so no hook can run without it
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
