@@ -23,7 +23,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 
 CONFIGS = {
     # name: (baseline it is divided by, overrides, runs trl.GRPOTrainer)
@@ -135,6 +134,7 @@ def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int]) -> No
 
 def micro(repeats: int = 5) -> None:
     import torch
+    from diversity_speed import timed as timed_median
 
     from trl_grpo_ext.core import (
         clip_cov_mask,
@@ -153,15 +153,7 @@ def micro(repeats: int = 5) -> None:
     ends = torch.sort(torch.randint(0, t, (b, 16), generator=gen), dim=1).values
     step_rewards = torch.rand(b, 16, generator=gen)
 
-    def timed(fn):
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    base = timed(lambda: ((logps - logps.mean()) * (adv.unsqueeze(1) - adv.mean()) * mask).sum())
+    base = timed_median(lambda: ((logps - logps.mean()) * (adv.unsqueeze(1) - adv.mean()) * mask).sum(), repeats)
     rows = [
         ("plain pass: one centred product over (B, T)", lambda: None),
         ("token_covariance", lambda: token_covariance(logps, adv, mask)),
@@ -178,7 +170,7 @@ def micro(repeats: int = 5) -> None:
     print(f"\ncore functions at B={b}, T={t} ({b * t / 1e6:.1f}M tokens), torch threads {torch.get_num_threads()}")
     print(f"{'function':<46}{'ms':>10}{'vs plain pass':>15}")
     for name, fn in rows:
-        seconds = base if name.startswith("plain") else timed(fn)
+        seconds = base if name.startswith("plain") else timed_median(fn, repeats)
         print(f"{name:<46}{seconds * 1000:>10.1f}{seconds / base:>14.1f}x")
 
 
