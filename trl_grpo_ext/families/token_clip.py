@@ -20,7 +20,7 @@ class _CovarianceClip(Extension):
         return self.trainer.ext_collectives if self.args.token_clip_scope == "global" else LOCAL
 
     def log_selection(self, ctx: LossContext, logps: torch.Tensor, selected: torch.Tensor) -> None:
-        """Global metrics: fraction selected, mean covariance of valid and of selected tokens."""
+        """Global metrics: fraction and number of tokens selected, mean covariance of valid and of selected tokens."""
         coll = self.trainer.ext_collectives
         cov = token_covariance(logps, ctx.advantages, ctx.mask, collectives=self.collectives())
         valid = ctx.mask.bool()
@@ -29,6 +29,7 @@ class _CovarianceClip(Extension):
         )
         n_valid, n_sel, cov_sum, sel_cov_sum = coll.all_sum(stats).tolist()
         self.log_metric(ctx.mode, f"{self.prefix}/selected_frac", n_sel / max(n_valid, 1.0))
+        self.log_metric(ctx.mode, f"{self.prefix}/selected_tokens", n_sel)
         self.log_metric(ctx.mode, f"{self.prefix}/cov_mean", cov_sum / max(n_valid, 1.0))
         if n_sel > 0:
             self.log_metric(ctx.mode, f"{self.prefix}/selected_cov_mean", sel_cov_sum / n_sel)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import testkit
+from .. import testbed, testkit
 from ..core.registry import Registry
 from .math import boxed_format_reward, math_accuracy_reward
 
@@ -13,6 +13,7 @@ STEP_REWARD_FUNCS = Registry("step_reward_func")
 
 REWARD_FUNCS.register("math_accuracy")(math_accuracy_reward)
 REWARD_FUNCS.register("boxed_format")(boxed_format_reward)
+REWARD_FUNCS.register("exact_answer")(testbed.answer_reward)
 REWARD_FUNCS.register("final_answer")(testkit.final_answer_reward)
 REWARD_FUNCS.register("exact_match")(testkit.exact_match_reward)
 REWARD_FUNCS.register("digit_fraction")(testkit.digit_fraction_reward)
