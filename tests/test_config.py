@@ -197,3 +197,28 @@ def test_help_lists_fields(capsys):
     for name in ("--token_clip", "--clip_cov_ratio", "--sample_filter", "--kl_control", "--kl_target"):
         assert name in out
     assert "Cui et al. 2025" in " ".join(out.split())
+
+
+def test_without_extensions_is_vanilla_with_the_same_trl_settings():
+    args = make(
+        output_dir="out",
+        steps_per_generation=4,
+        per_device_train_batch_size=16,
+        learning_rate=3e-4,
+        token_clip="kl_cov",
+        sample_filter="best_worst",
+        advantage_std="population",
+        entropy_control="aepo",
+        beta=0.04,
+        kl_control="adaptive",
+        diversity_metrics=["distinct"],
+    )
+    vanilla = args.without_extensions(output_dir="out/vanilla")
+    for name in GRPOExtConfig.FAMILY_SWITCHES:
+        assert getattr(vanilla, name) == getattr(make(), name)
+    assert vanilla.beta == 0.0  # the controller owned beta: back to TRL's default, no KL term
+    assert vanilla.output_dir == "out/vanilla" and vanilla.diversity_metrics == ["distinct"]
+    assert (vanilla.learning_rate, vanilla.steps_per_generation, vanilla.generation_batch_size) == (3e-4, 4, 64)
+    assert args.token_clip == "kl_cov"  # the original is untouched
+    fixed = make(beta=0.02, token_clip="clip_cov").without_extensions()
+    assert fixed.beta == 0.02 and fixed.token_clip == "none"  # a fixed beta is TRL's own setting: kept

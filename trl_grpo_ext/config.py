@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -304,6 +305,33 @@ class GRPOExtConfig(GRPOConfig):
     eval_pass_greedy: bool = field(
         default=True, metadata={"help": "With eval_pass_at_k, also log the greedy accuracy (pass@k/greedy)."}
     )
+
+    #: The switches that change training; :meth:`without_extensions` sets each to its off value.
+    FAMILY_SWITCHES = (
+        "advantage_estimator",
+        "advantage_std",
+        "token_clip",
+        "sample_filter",
+        "kl_control",
+        "entropy_control",
+    )
+
+    def without_extensions(self, **overrides) -> GRPOExtConfig:
+        """This configuration with every family switched off: vanilla GRPO with the same TRL settings.
+
+        Every switch in :attr:`FAMILY_SWITCHES` goes back to its default (TRL's own behaviour). A KL controller owned
+        ``beta``, so ``beta`` goes back to TRL's default too (no KL term); a fixed ``beta`` the user set is TRL's and
+        stays. The collapse monitor (``diversity_metrics``, ``collapse_*``) observes and stays. ``overrides`` (any
+        fields, e.g. ``output_dir``) apply on top. Used by ``recipes/math_grpo.py`` to train the vanilla baseline.
+        """
+        defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
+        changes = {name: defaults[name] for name in self.FAMILY_SWITCHES}
+        if self.kl_control != "fixed":
+            changes["beta"] = defaults["beta"]
+        # TRL derives generation_batch_size from steps_per_generation in __post_init__ and refuses both at once.
+        changes["generation_batch_size"] = None
+        changes.update(overrides)
+        return dataclasses.replace(self, **changes)
 
     def __post_init__(self):
         super().__post_init__()
