@@ -3,12 +3,15 @@
 
 Usage:
 
-    # The embedded default: fully offline, CPU, a few minutes. A tiny Llama built locally, a short SFT warm start
-    # (TRL SFTTrainer, cached), then GRPO with PRM step advantages, Clip-Cov and adaptive KL on the synthetic
-    # multi-step arithmetic task; prints accuracy before / after and writes plots to the output folder.
+    # The embedded default: fully offline, CPU, about 3 minutes. The learning testbed (trl_grpo_ext.testbed): a tiny
+    # Llama warm-started on a careless teacher's answers to "47+8=", then GRPO with the verifier reward, twice from
+    # the same start with the same budget and seed: vanilla, and with the default tools (KL-Cov on the off-policy
+    # mini-batches, adaptive KL, PF-PPO best-worst, AEPO). Prints held-out accuracy, pass@1, pass@8, entropy and
+    # Distinct-2 side by side.
     accelerate launch recipes/math_grpo.py
+    accelerate launch recipes/math_grpo.py --compare_vanilla false     # the tools' run only
 
-    # One tool at a time, or all of them (offline configs):
+    # One tool at a time, or all of them (offline configs; PRM runs on the multi-step chains task):
     accelerate launch recipes/math_grpo.py --config recipes/configs/clip_cov.yaml
     accelerate launch recipes/math_grpo.py --config recipes/configs/all_on.yaml
 
@@ -23,23 +26,27 @@ Flags given without ``--config`` apply on top of the embedded default (``--max_s
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Literal
 
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import ModelConfig, TrlParser
 
-from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed, testkit
 from trl_grpo_ext.data import load_math_dataset
 from trl_grpo_ext.evaluation import evaluate_multistep
 from trl_grpo_ext.plot import plot_runs
 from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS
 
 TINY_MODEL = "tiny"
+#: What the side-by-side table shows, in this order (held-out numbers; see trl_grpo_ext.testbed.evaluate).
+SUMMARY_KEYS = ("answer_acc", "pass_at_1", "pass_at_8", "entropy", "distinct_2")
 
 
 @dataclass
@@ -48,7 +55,15 @@ class MathScriptArguments:
 
     dataset_name: str = field(
         default="synthetic",
-        metadata={"help": "'synthetic' (offline multi-step arithmetic), a Hub dataset id, or a local json/parquet."},
+        metadata={"help": "'synthetic' (offline, see synthetic_task), a Hub dataset id, or a local json/parquet."},
+    )
+    synthetic_task: Literal["addition", "chains"] = field(
+        default="addition",
+        metadata={
+            "help": "Offline task of dataset_name=synthetic. 'addition': the learning testbed (\"47+8=\" -> \"55\", "
+            "a careless-teacher warm start; trl_grpo_ext.testbed). 'chains': multi-step sums written one step per "
+            "line (\"3+4+2=\" -> \"3+4=7\\n7+2=9\\n9\"), for PRM step rewards."
+        },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration (e.g. 'main')."})
     dataset_format: str | None = field(
@@ -56,81 +71,65 @@ class MathScriptArguments:
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Training split."})
     num_train_examples: int | None = field(default=None, metadata={"help": "Subsample the training set."})
-    synthetic_num_ops: int = field(default=2, metadata={"help": "Operations per synthetic problem."})
+    synthetic_num_ops: int = field(default=2, metadata={"help": "Operations per 'chains' problem."})
     reward_funcs: list[str] = field(
-        default_factory=lambda: ["final_answer"],
-        metadata={"help": "Outcome rewards by name (math_accuracy, boxed_format, final_answer, ...)."},
+        default_factory=lambda: ["exact_answer"],
+        metadata={"help": "Outcome rewards by name (exact_answer, final_answer, math_accuracy, boxed_format, ...)."},
     )
     step_reward_funcs: list[str] = field(
         default_factory=lambda: ["arithmetic_steps"],
         metadata={"help": "Step rewards by name, used when advantage_estimator=prm."},
     )
-    eval_num_problems: int = field(default=128, metadata={"help": "Held-out synthetic problems for the summary."})
+    compare_vanilla: bool = field(
+        default=True,
+        metadata={
+            "help": "Also train vanilla GRPO (the same config with every trl_grpo_ext family off, "
+            "GRPOExtConfig.without_extensions) from the same start, budget and seed, and print both side by side."
+        },
+    )
+    eval_num_problems: int | None = field(
+        default=None, metadata={"help": "Held-out problems for the summary (default: 180 for addition, 128 chains)."}
+    )
+    eval_sampled_problems: int = field(
+        default=64, metadata={"help": "Held-out problems sampled 8 times each for pass@k, entropy and Distinct-2."}
+    )
     tiny_hidden_size: int = field(default=128, metadata={"help": "Width of the tiny model (model 'tiny')."})
     tiny_num_layers: int = field(default=4, metadata={"help": "Layers of the tiny model (model 'tiny')."})
-    sft_warm_start_epochs: float = field(
-        default=5.0, metadata={"help": "SFT epochs on synthetic solutions before GRPO (tiny model only; 0: none)."}
+    sft_num_examples: int | None = field(
+        default=None,
+        metadata={
+            "help": "SFT rows of the tiny warm start (default: 40000 careless-teacher rows, one epoch, for addition; "
+            "4000 worked solutions for chains)."
+        },
     )
-    sft_num_examples: int = field(default=4000, metadata={"help": "Synthetic solutions for the SFT warm start."})
+    sft_warm_start_epochs: float = field(
+        default=5.0, metadata={"help": "SFT epochs of the 'chains' warm start (0: none). Addition: one epoch."}
+    )
     cache_dir: str = field(
         default=os.path.join(os.path.expanduser("~"), ".cache", "trl_grpo_ext"),
         metadata={"help": "Where the tiny model and its SFT warm start are cached."},
     )
 
 
-#: The embedded default run (what `accelerate launch recipes/math_grpo.py` does with no arguments).
-DEFAULT_ARGS = [  # fmt: skip
-    "--output_dir",
-    "outputs/math_grpo_default",
-    "--model_name_or_path",
-    TINY_MODEL,
-    "--use_cpu",
-    "true",
-    "--bf16",
-    "false",
-    "--max_steps",
-    "100",
-    "--learning_rate",
-    "5e-5",
-    "--lr_scheduler_type",
-    "constant",
-    "--per_device_train_batch_size",
-    "64",
-    "--num_generations",
-    "8",
-    "--max_completion_length",
-    "20",
-    "--temperature",
-    "0.7",
-    "--logging_steps",
-    "5",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
-    "--seed",
-    "0",
-    "--advantage_estimator",
-    "prm",
-    "--prm_outcome_coef",
-    "1.0",
-    "--token_clip",
-    "clip_cov",
-    "--beta",
-    "0.02",
-    "--kl_control",
-    "adaptive",
-    "--kl_target",
-    "0.02",
-    "--kl_horizon",
-    "2000",
-    "--diversity_metrics",
-    "distinct",
-    "self_bleu",
-    "repetition",
-    "unique",
-    "entropy",
-]
+def _flags(config: dict) -> list[str]:
+    out = []
+    for key, value in config.items():
+        values = value if isinstance(value, list) else [value]
+        out += [f"--{key}", *[str(v).lower() if isinstance(v, bool) else str(v) for v in values]]
+    return out
+
+
+#: The embedded default run (what `accelerate launch recipes/math_grpo.py` does with no arguments); the same values
+#: as recipes/configs/default.yaml (tested). GRPO settings and tools come from the testbed, in one place.
+DEFAULT_CONFIG: dict = {
+    "output_dir": "outputs/math_grpo_default",
+    "model_name_or_path": TINY_MODEL,
+    "seed": 0,
+    **testbed.grpo_settings(),
+    **testbed.DEFAULT_TOOLS,
+    "diversity_metrics": ["distinct", "self_bleu", "repetition", "unique", "entropy"],
+}
+DEFAULT_ARGS = _flags(DEFAULT_CONFIG)
 
 
 def make_parser() -> TrlParser:
@@ -141,14 +140,15 @@ def _cache_key(*parts) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def prepare_tiny_model(script_args, training_args, state: PartialState) -> str:
-    """Build the tiny model (and its SFT warm start) once, cached; every process returns the same path."""
+def prepare_chains_model(script_args, training_args, state: PartialState) -> str:
+    """The tiny model of the 'chains' task and its SFT warm start, cached; every process returns the same path."""
     tok = testkit.build_char_tokenizer()
+    examples = script_args.sft_num_examples or 4000
     key = _cache_key(
         script_args.tiny_hidden_size,
         script_args.tiny_num_layers,
         script_args.sft_warm_start_epochs,
-        script_args.sft_num_examples,
+        examples,
         script_args.synthetic_num_ops,
         training_args.seed,
         "v1",
@@ -167,13 +167,12 @@ def prepare_tiny_model(script_args, training_args, state: PartialState) -> str:
             tok.save_pretrained(init_path)
     if script_args.sft_warm_start_epochs <= 0:
         return init_path
-    done = os.path.exists(os.path.join(sft_path, "config.json"))
-    if not done:
+    if not os.path.exists(os.path.join(sft_path, "config.json")):
         from datasets import Dataset
         from trl import SFTConfig, SFTTrainer
 
         rows = testkit.multistep_dataset(
-            script_args.sft_num_examples, seed=training_args.seed, ops="+", num_ops=script_args.synthetic_num_ops
+            examples, seed=training_args.seed, ops="+", num_ops=script_args.synthetic_num_ops
         )
         data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["solution"] + tok.eos_token} for r in rows])
         sft = SFTTrainer(
@@ -203,42 +202,111 @@ def prepare_tiny_model(script_args, training_args, state: PartialState) -> str:
     return sft_path
 
 
+def prepare_addition_model(script_args, training_args, state: PartialState) -> str:
+    """The testbed's careless-teacher warm start (trained by every process, written by the main one, cached)."""
+    kwargs = dict(
+        seed=training_args.seed,
+        hidden_size=script_args.tiny_hidden_size,
+        num_layers=script_args.tiny_num_layers,
+        use_cpu=training_args.use_cpu,
+        log=lambda message: print(f"[math_grpo] {message}"),
+    )
+    if script_args.sft_num_examples is not None:
+        kwargs["examples"] = script_args.sft_num_examples
+    return testbed.warm_start(script_args.cache_dir, **kwargs)
+
+
+def heldout_evaluator(script_args, training_args, tokenizer):
+    """``evaluate(model) -> dict`` on the synthetic task's held-out problems, or None for other datasets."""
+    if script_args.dataset_name != "synthetic":
+        return None
+    seed = training_args.seed
+    common = dict(
+        temperature=training_args.temperature,
+        seed=seed,
+        sampled_problems=script_args.eval_sampled_problems,
+        max_new_tokens=training_args.max_completion_length,
+    )
+    if script_args.synthetic_task == "addition":
+        problems = testbed.addition_problems(script_args.eval_num_problems, split="test", seed=seed)
+
+        def evaluate(model) -> dict:
+            return testbed.evaluate(model, tokenizer, problems, **common)
+
+        return evaluate
+    problems = load_math_dataset(
+        "synthetic",
+        split="test",
+        num_examples=script_args.eval_num_problems or 128,
+        seed=seed,
+        synthetic_num_ops=script_args.synthetic_num_ops,
+    )
+
+    def evaluate_chains(model) -> dict:
+        result = testbed.evaluate(model, tokenizer, problems, reward=testkit.final_answer_reward, **common)
+        steps = evaluate_multistep(model, tokenizer, problems, max_new_tokens=training_args.max_completion_length)
+        return {**result, "step_acc": steps["step_acc"]}
+
+    return evaluate_chains
+
+
+def train_once(model_path, args: GRPOExtConfig, reward_funcs, train, tokenizer, step_funcs) -> GRPOExtTrainer:
+    set_seed(args.seed)
+    trainer = GRPOExtTrainer(
+        model=model_path,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        step_reward_funcs=step_funcs if args.advantage_estimator == "prm" else None,
+    )
+    trainer.train()
+    trainer.save_model(args.output_dir)
+    trainer.save_state()  # trainer_state.json, which `python -m trl_grpo_ext.plot` reads
+    return trainer
+
+
+def switched_on(args: GRPOExtConfig) -> dict:
+    """The families that differ from vanilla, for the printout."""
+    vanilla = args.without_extensions()
+    return {name: getattr(args, name) for name in args.FAMILY_SWITCHES if getattr(args, name) != getattr(vanilla, name)}
+
+
 def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_args: ModelConfig) -> dict:
     state = PartialState()
     set_seed(training_args.seed)
     tiny = model_args.model_name_or_path in (None, TINY_MODEL)
+    synthetic = script_args.dataset_name == "synthetic"
+    if tiny and not synthetic:
+        raise ValueError(
+            "model_name_or_path 'tiny' is the offline test model and only knows dataset_name=synthetic; pass a real "
+            "model (e.g. Qwen/Qwen2.5-Math-1.5B) for Hub or local datasets."
+        )
     if tiny:
-        model_path = prepare_tiny_model(script_args, training_args, state)
-        init_path = os.path.join(os.path.dirname(model_path), "init")
+        prepare = prepare_addition_model if script_args.synthetic_task == "addition" else prepare_chains_model
+        model_path = prepare(script_args, training_args, state)
     else:
-        model_path = init_path = model_args.model_name_or_path
+        model_path = model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    train = load_math_dataset(
-        script_args.dataset_name,
-        split=script_args.dataset_train_split,
-        config=script_args.dataset_config,
-        dataset_format=script_args.dataset_format,
-        num_examples=script_args.num_train_examples,
-        seed=training_args.seed,
-        synthetic_num_ops=script_args.synthetic_num_ops,
-    )
-    synthetic = script_args.dataset_name == "synthetic"
-    heldout = load_math_dataset(
-        "synthetic",
-        split="test",
-        num_examples=script_args.eval_num_problems,
-        seed=training_args.seed,
-        synthetic_num_ops=script_args.synthetic_num_ops,
-    )
-
-    summary: dict = {}
-    if synthetic and state.is_main_process:
-        summary["init"] = evaluate_multistep(AutoModelForCausalLM.from_pretrained(init_path), tokenizer, heldout)
-        if model_path != init_path:
-            summary["sft"] = evaluate_multistep(AutoModelForCausalLM.from_pretrained(model_path), tokenizer, heldout)
+    if synthetic and script_args.synthetic_task == "addition":
+        train = testbed.addition_problems(script_args.num_train_examples or 40_000, seed=training_args.seed + 1)
+    else:
+        train = load_math_dataset(
+            script_args.dataset_name,
+            split=script_args.dataset_train_split,
+            config=script_args.dataset_config,
+            dataset_format=script_args.dataset_format,
+            num_examples=script_args.num_train_examples,
+            seed=training_args.seed,
+            synthetic_num_ops=script_args.synthetic_num_ops,
+        )
+    evaluate = heldout_evaluator(script_args, training_args, tokenizer)
+    summary: dict = {"task": script_args.synthetic_task if synthetic else script_args.dataset_name}
+    if evaluate is not None and state.is_main_process:
+        summary["start"] = evaluate(AutoModelForCausalLM.from_pretrained(model_path))
 
     reward_funcs = [REWARD_FUNCS.get(name) for name in script_args.reward_funcs]
     step_funcs = None
@@ -246,31 +314,32 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
         step_funcs = [STEP_REWARD_FUNCS.get(name) for name in script_args.step_reward_funcs]
     model_init_kwargs = {"dtype": model_args.dtype} if model_args.dtype not in (None, "auto") else {}
     training_args.model_init_kwargs = training_args.model_init_kwargs or model_init_kwargs or None
-    trainer = GRPOExtTrainer(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train,
-        processing_class=tokenizer,
-        step_reward_funcs=step_funcs,
-    )
-    trainer.train()
-    trainer.save_model(training_args.output_dir)
+    histories = {}
+    train_info: dict = {"num_processes": state.num_processes, "tools": switched_on(training_args)}
 
+    if script_args.compare_vanilla:
+        vanilla_args = training_args.without_extensions(output_dir=os.path.join(training_args.output_dir, "vanilla"))
+        vanilla = train_once(model_path, vanilla_args, reward_funcs, train, tokenizer, step_funcs)
+        histories["vanilla"] = vanilla.state.log_history
+        train_info["vanilla_final_entropy"] = _last(vanilla.state.log_history, "entropy")
+        if evaluate is not None and state.is_main_process:
+            summary["vanilla"] = evaluate(vanilla.model)
+        del vanilla
+        gc.collect()
+
+    trainer = train_once(model_path, training_args, reward_funcs, train, tokenizer, step_funcs)
+    histories["tools"] = trainer.state.log_history
     if state.is_main_process:
-        if synthetic:
-            summary["final"] = evaluate_multistep(trainer.model, tokenizer, heldout)
-        logs = [h for h in trainer.state.log_history if "loss" in h]
-        summary["train"] = {
-            "steps": trainer.state.global_step,
-            "num_processes": state.num_processes,
-            "final_entropy": logs[-1].get("entropy") if logs else None,
-            "final_beta": trainer.beta,
-            "final_reward": logs[-1].get("reward") if logs else None,
-        }
-        os.makedirs(training_args.output_dir, exist_ok=True)
-        trainer.save_state()  # trainer_state.json, which `python -m trl_grpo_ext.plot` reads
-        plot_runs({"default": trainer.state.log_history}, os.path.join(training_args.output_dir, "plots"))
+        if evaluate is not None:
+            summary["final"] = evaluate(trainer.model)
+        train_info.update(
+            steps=trainer.state.global_step,
+            final_entropy=_last(trainer.state.log_history, "entropy"),
+            final_beta=trainer.beta,
+            final_reward=_last(trainer.state.log_history, "reward"),
+        )
+        summary["train"] = train_info
+        plot_runs(histories, os.path.join(training_args.output_dir, "plots"))
         with open(os.path.join(training_args.output_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         print_summary(summary, training_args.output_dir)
@@ -278,32 +347,47 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
     return summary
 
 
-def print_summary(summary: dict, output_dir: str) -> None:
-    print("\n=== math_grpo summary ===")
-    rows = [(name, summary[name]) for name in ("init", "sft", "final") if name in summary]
-    if rows:
-        print(f"{'model':<8}{'answer_acc':>11}{'step_acc':>10}{'distinct_2':>12}")
-        for name, m in rows:
-            print(f"{name:<8}{m['answer_acc']:>11.3f}{m['step_acc']:>10.3f}{m['distinct_2']:>12.3f}")
+def _last(history: list[dict], key: str):
+    values = [h[key] for h in history if key in h]
+    return values[-1] if values else None
 
-        def change(name: str, a: dict, b: dict) -> None:
+
+def print_summary(summary: dict, output_dir: str) -> None:
+    print(f"\n=== math_grpo summary (task: {summary['task']}, held-out problems) ===")
+    rows = [(label, summary[key]) for key, label in (("start", "start (SFT)"), ("vanilla", "vanilla GRPO"),
+                                                     ("final", "GRPO + tools")) if key in summary]
+    if rows:
+        keys = [k for k in SUMMARY_KEYS if k in rows[0][1]] + (["step_acc"] if "step_acc" in rows[0][1] else [])
+        print(f"{'':<14}" + "".join(f"{k:>12}" for k in keys))
+        for label, m in rows:
+            print(f"{label:<14}" + "".join(f"{m[k]:>12.3f}" for k in keys))
+        start = summary["start"]
+
+        def gain(name: str, run: dict) -> None:
             print(
-                f"{name}: held-out answer accuracy {100 * a['answer_acc']:.1f}% -> {100 * b['answer_acc']:.1f}% "
-                f"({100 * (b['answer_acc'] - a['answer_acc']):+.1f} points), step accuracy "
-                f"{100 * a['step_acc']:.1f}% -> {100 * b['step_acc']:.1f}% "
-                f"({100 * (b['step_acc'] - a['step_acc']):+.1f})"
+                f"{name}: held-out accuracy {100 * start['answer_acc']:.1f}% -> {100 * run['answer_acc']:.1f}% "
+                f"({100 * (run['answer_acc'] - start['answer_acc']):+.1f} points), pass@1 {start['pass_at_1']:.3f} -> "
+                f"{run['pass_at_1']:.3f}, pass@8 {start['pass_at_8']:.3f} -> {run['pass_at_8']:.3f}"
             )
 
-        if "sft" in summary:
-            change("SFT warm start", summary["init"], summary["sft"])
-        change("GRPO", rows[-2][1], rows[-1][1])  # the change GRPO itself made, from its own start
+        if "vanilla" in summary:
+            gain("vanilla GRPO", summary["vanilla"])
+        if "final" in summary:
+            gain("GRPO + tools", summary["final"])
+        if "vanilla" in summary and "final" in summary:
+            v, t = summary["vanilla"], summary["final"]
+            print(
+                f"tools vs vanilla: accuracy {100 * (t['answer_acc'] - v['answer_acc']):+.1f} points, entropy "
+                f"{t['entropy']:.3f} vs {v['entropy']:.3f} nats, Distinct-2 {t['distinct_2']:.3f} vs {v['distinct_2']:.3f}"
+            )
         for sample in rows[-1][1]["samples"]:
             print("  ", sample)
     t = summary["train"]
+    tools = ", ".join(f"{k}={v}" for k, v in t["tools"].items()) or "none (vanilla settings)"
     entropy = "n/a" if t["final_entropy"] is None else f"{t['final_entropy']:.3f}"
     print(
-        f"GRPO: {t['steps']} steps on {t['num_processes']} process(es); final entropy {entropy}, "
-        f"beta {t['final_beta']:.4g}"
+        f"GRPO: {t['steps']} steps on {t['num_processes']} process(es), tools: {tools}; final training entropy "
+        f"{entropy}, beta {t['final_beta']:.4g}"
     )
     print(
         f"plots: {os.path.join(output_dir, 'plots')}/ (training.png, collapse.png); summary: "

@@ -71,22 +71,24 @@ def test_local_gsm8k_file(tmp_path):
         load_math_dataset(str(path))
 
 
+#: A shortened default: the same testbed and tools, a tiny warm start, one generation batch, a few held-out problems.
 QUICK = [
     "--max_steps",
-    "2",
-    "--sft_warm_start_epochs",
-    "0",
+    "4",
+    "--sft_num_examples",
+    "256",
     "--eval_num_problems",
     "8",
-    "--per_device_train_batch_size",
-    "8",
+    "--eval_sampled_problems",
+    "4",
     "--num_train_examples",
-    "64",
+    "512",
     "--logging_steps",
     "1",
     "--disable_tqdm",
     "true",
 ]
+SUMMARY_KEYS = ("answer_acc", "pass_at_1", "pass_at_8", "entropy", "distinct_2")
 
 
 def _run(cmd, tmp_path):
@@ -102,17 +104,93 @@ def _run(cmd, tmp_path):
     return proc
 
 
-def test_recipe_runs_one_process(tmp_path):
+def check_summary(summary: dict, runs: set[str]) -> None:
+    """The documented shape of summary.json: the held-out numbers of each run, in range."""
+    assert runs <= set(summary), summary.keys()
+    for run in runs:
+        for key in SUMMARY_KEYS:
+            value = summary[run][key]
+            assert isinstance(value, float), (run, key, value)
+            if key == "entropy":
+                assert 0.0 <= value < 10.0, (run, key, value)
+            else:
+                assert 0.0 <= value <= 1.0, (run, key, value)
+
+
+def test_recipe_default_runs_vanilla_and_tools(tmp_path):
     out = tmp_path / "run"
     proc = _run(
         [sys.executable, str(RECIPE), *QUICK, "--output_dir", str(out), "--cache_dir", str(tmp_path / "c")], tmp_path
     )
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"init", "final", "train"}
-    assert summary["train"]["steps"] == 2 and summary["train"]["num_processes"] == 1
+    check_summary(summary, {"start", "vanilla", "final"})
+    assert summary["task"] == "addition"
+    assert summary["train"]["steps"] == 4 and summary["train"]["num_processes"] == 1
+    assert summary["train"]["tools"] == {
+        "token_clip": "kl_cov",
+        "sample_filter": "best_worst",
+        "kl_control": "adaptive",
+        "entropy_control": "aepo",
+    }
+    assert (out / "vanilla" / "trainer_state.json").exists() and (out / "trainer_state.json").exists()
     assert (out / "plots" / "training.png").stat().st_size > 1000
     assert (out / "plots" / "collapse.png").stat().st_size > 1000
-    assert "math_grpo summary" in proc.stdout
+    assert "math_grpo summary" in proc.stdout and "tools vs vanilla" in proc.stdout
+
+
+def test_recipe_without_vanilla(tmp_path):
+    out = tmp_path / "run"
+    _run(
+        [
+            sys.executable,
+            str(RECIPE),
+            *QUICK,
+            "--compare_vanilla",
+            "false",
+            "--output_dir",
+            str(out),
+            "--cache_dir",
+            str(tmp_path / "c"),
+        ],
+        tmp_path,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    check_summary(summary, {"start", "final"})
+    assert "vanilla" not in summary and not (out / "vanilla").exists()
+
+
+def test_recipe_chains_task_with_prm(tmp_path):
+    """The multi-step task the PRM configs use: steps, step accuracy, the vanilla baseline without step rewards."""
+    out = tmp_path / "run"
+    _run(
+        [
+            sys.executable,
+            str(RECIPE),
+            "--config",
+            str(ROOT / "recipes" / "configs" / "prm.yaml"),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--sft_warm_start_epochs",
+            "0",
+            "--eval_num_problems",
+            "4",
+            "--eval_sampled_problems",
+            "2",
+            "--num_train_examples",
+            "64",
+            "--output_dir",
+            str(out),
+            "--cache_dir",
+            str(tmp_path / "c"),
+        ],
+        tmp_path,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    check_summary(summary, {"start", "vanilla", "final"})
+    assert summary["task"] == "chains" and 0.0 <= summary["final"]["step_acc"] <= 1.0
+    assert summary["train"]["tools"] == {"advantage_estimator": "prm"}
 
 
 def test_recipe_runs_two_processes(tmp_path):
@@ -128,6 +206,10 @@ def test_recipe_runs_two_processes(tmp_path):
             str(free_port()),
             str(RECIPE),
             *QUICK,
+            "--compare_vanilla",
+            "false",
+            "--per_device_train_batch_size",
+            "32",
             "--output_dir",
             str(out),
             "--cache_dir",
@@ -136,5 +218,5 @@ def test_recipe_runs_two_processes(tmp_path):
         tmp_path,
     )
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"init", "final", "train"}  # the same result shape as one process
-    assert summary["train"]["steps"] == 2 and summary["train"]["num_processes"] == 2
+    check_summary(summary, {"start", "final"})  # the same result shape as one process
+    assert summary["train"]["steps"] == 4 and summary["train"]["num_processes"] == 2
