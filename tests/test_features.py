@@ -48,8 +48,8 @@ FEATURES = {
     ),
 }
 EXPECTED_METRICS = {
-    "clip_cov": ["clip_cov/selected_frac", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac"],
-    "kl_cov": ["kl_cov/selected_frac", "kl_cov/cov_mean", "kl_cov/penalty_mean"],
+    "clip_cov": ["clip_cov/selected_frac", "clip_cov/selected_tokens", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac"],
+    "kl_cov": ["kl_cov/selected_frac", "kl_cov/selected_tokens", "kl_cov/cov_mean", "kl_cov/penalty_mean"],
     "filter": ["filter/kept_frac", "filter/kept_reward_mean", "filter/groups_kept_frac"],
     "kl": ["kl/beta", "kl/value", "kl/target"],
 }
@@ -270,3 +270,18 @@ def test_adaptive_kl_state_saved_and_resumed(make_trainer, tmp_path):
     betas_resumed = [h["kl/beta"] for h in last_logs(resumed)]
     assert betas_resumed[-2:] == pytest.approx(betas_full[-2:], rel=1e-6)
     assert resumed.beta == pytest.approx(full.beta, rel=1e-6)
+
+
+def test_kl_cov_says_when_it_drops_trls_ratio_clip(make_trainer, caplog):
+    import logging
+    import math
+
+    with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.token_clip"):
+        trainer = make_trainer(token_clip="kl_cov", num_iterations=2, epsilon_high=0.28)
+    assert "switches TRL's PPO ratio clip off (epsilon_low=0.2, epsilon_high=0.28" in caplog.text
+    assert "kl_cov_ppo_clip=True" in caplog.text
+    assert trainer.epsilon_low == math.inf and trainer.epsilon_high == math.inf
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.token_clip"):
+        kept = make_trainer(token_clip="kl_cov", num_iterations=2, epsilon_high=0.28, kl_cov_ppo_clip=True)
+    assert "ratio clip off" not in caplog.text and (kept.epsilon_low, kept.epsilon_high) == (0.2, 0.28)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -9,6 +10,8 @@ import torch
 from ..core.collectives import LOCAL
 from ..core.token_clip import clip_cov_mask, kl_cov_mask, kl_cov_penalty, ppo_clipped_mask, token_covariance
 from .base import TOKEN_CLIPS, Extension, LossContext
+
+logger = logging.getLogger(__name__)
 
 TOKEN_CLIPS.register("none")(None)
 
@@ -95,6 +98,13 @@ class KLCov(_CovarianceClip):
     def __init__(self, trainer):
         super().__init__(trainer)
         if not self.args.kl_cov_ppo_clip:
+            logger.warning(
+                "token_clip='kl_cov' with kl_cov_ppo_clip=False switches TRL's PPO ratio clip off (epsilon_low=%s, "
+                "epsilon_high=%s -> no clip), as the KL-Cov paper and verl do; the KL-Cov penalty is the only trust "
+                "region. Set kl_cov_ppo_clip=True to keep TRL's clip (DAPO's clip-higher, CISPO's cap).",
+                trainer.epsilon_low,
+                trainer.epsilon_high,
+            )
             trainer.epsilon_low = math.inf
             trainer.epsilon_high = math.inf
 
