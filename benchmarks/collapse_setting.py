@@ -1,4 +1,4 @@
-"""The tiny settings shared by the studies (collapse_demo, aepo_entropy, anti_collapse_study, prm_step_accuracy).
+"""The tiny settings shared by the studies (collapse_demo, aepo_entropy, prm_step_accuracy).
 
 ``sums``: a tiny random Llama on single-digit sums with the first-character and digit-fraction shaping rewards, batch
 32 (4 prompts x 8 completions), 8 completion tokens: at learning rates of 5e-3 and above vanilla GRPO's token entropy

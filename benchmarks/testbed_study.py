@@ -1,0 +1,384 @@
+"""Studies on the learning testbed (``trl_grpo_ext.testbed``): the numbers of docs/results.md come from here.
+
+    python benchmarks/testbed_study.py --suite testbed     # vanilla GRPO learns, then collapses; the default tools beside it
+    python benchmarks/testbed_study.py --suite token_clip  # Clip-Cov / KL-Cov ratio sweep, off-policy mini-batches
+    python benchmarks/testbed_study.py --suite pf          # PF-PPO filters under a noisy reward, with the R^2 picker
+    python benchmarks/testbed_study.py --suite singles     # all on beside each tool alone
+    python benchmarks/testbed_study.py --suite ablation    # all on minus each of its members
+
+Setting (``trl_grpo_ext.testbed``): a tiny Llama warm-started by SFT on a careless teacher's answers to ``"47+8="``,
+then GRPO with the verifier reward: 32 prompts x 8 completions per generation, 4 optimizer steps of 64 completions
+per generation (the PPO clip is active), T 0.7, learning rate 2e-4, 600 steps. Each seed has its own warm start (SFT
+seed = GRPO seed), cached in ``--cache``. Held-out: the 179 held-out prompts greedy (``answer_acc``), 64 of them x 8
+samples at T 0.7 (``pass_at_1``, ``pass_at_8``, ``entropy``, within-prompt ``distinct_2``).
+
+Every suite prints one table (mean +- std over seeds, methods interleaved per seed), writes the raw runs to
+``<out>/testbed_<suite>.json`` and curves to ``<out>/testbed_<suite>.png``. About 35 s per run on 2 CPU cores (AEPO runs: about 60 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed, testkit
+from trl_grpo_ext.core import rank_filter_strategies
+
+EVAL_KEYS = ["answer_acc", "pass_at_1", "pass_at_8", "entropy", "distinct_2"]
+#: Metrics recorded per logged step (when present).
+CURVE_KEYS = [
+    "entropy",
+    "reward",
+    "rewards/answer_reward/mean",
+    "diversity/distinct_2_in_group",
+    "clip_cov/selected_frac",
+    "clip_cov/selected_tokens",
+    "kl_cov/selected_frac",
+    "kl_cov/selected_tokens",
+    "kl/beta",
+    "kl/value",
+    "filter/kept_frac",
+    "aepo/temperature",
+]
+
+
+@dataclass
+class Method:
+    config: dict = field(default_factory=dict)
+    #: Standard deviation of the Gaussian noise added to the verifier's score (0: the clean verifier).
+    reward_noise: float = 0.0
+
+
+def noisy_verifier(noise: float, seed: int):
+    """The verifier plus N(0, noise^2) on every score: a stand-in for an unreliable reward model (PF-PPO's premise).
+
+    Seeded by the run's seed, so every method of a seed sees the same noise stream given the same completions.
+    """
+    rng = random.Random(90_001 + seed)
+
+    def noisy_answer_reward(completions, answer, **kwargs):
+        return [r + rng.gauss(0.0, noise) for r in testbed.answer_reward(completions, answer)]
+
+    return noisy_answer_reward
+
+
+def suites() -> dict[str, dict[str, Method]]:
+    tools = testbed.DEFAULT_TOOLS
+    token_clip = {"vanilla": Method()}
+    ratios = (2e-4, 2e-3, 2e-2, 2e-1)
+    for ratio in ratios:
+        token_clip[f"Clip-Cov r={ratio:g}"] = Method({"token_clip": "clip_cov", "clip_cov_ratio": ratio})
+    for ratio in ratios:
+        token_clip[f"KL-Cov k={ratio:g}"] = Method({"token_clip": "kl_cov", "kl_cov_ratio": ratio})
+    token_clip["KL-Cov k=0.2, PPO clip kept"] = Method({"token_clip": "kl_cov", "kl_cov_ratio": 0.2, "kl_cov_ppo_clip": True})
+    pf = {}
+    for noise in (0.0, 1.0):
+        tag = "clean" if noise == 0 else f"noise {noise:g}"
+        pf[f"vanilla ({tag})"] = Method(reward_noise=noise)
+        for strategy in ("best_of_n", "best_random", "best_worst", "nonzero_std"):
+            pf[f"{strategy} ({tag})"] = Method({"sample_filter": strategy}, reward_noise=noise)
+    singles = {
+        "KL-Cov": {"token_clip": "kl_cov", "kl_cov_ratio": 2e-2},
+        "Clip-Cov": {"token_clip": "clip_cov", "clip_cov_ratio": 2e-2},
+        "adaptive KL": {"beta": 0.04, "kl_control": "adaptive", "kl_target": 0.1, "kl_horizon": 2000},
+        "diversity KL": {"beta": 0.04, "kl_control": "diversity", "kl_diversity_target": 0.3, "kl_horizon": 2000},
+        "PF best_worst": {"sample_filter": "best_worst"},
+        "AEPO (target 0.2)": {"entropy_control": "aepo", "aepo_target_entropy": 0.2},
+    }
+    all_on = dict(tools)  # the recipe's default: KL-Cov, adaptive KL, PF best-worst, AEPO
+    single = {"vanilla": Method(), "all on": Method(all_on)}
+    for name, cfg in singles.items():
+        single[name] = Method(cfg)
+    ablation = {"vanilla": Method(), "all on": Method(all_on)}
+    for name, cfg in singles.items():
+        if name in ("Clip-Cov", "diversity KL"):  # not members of "all on" (one token clip, one KL controller)
+            continue
+        minus = dict(all_on)
+        for key in cfg:
+            minus.pop(key, None)
+        if "kl_control" not in minus:
+            minus.pop("beta", None)
+        ablation[f"all on - {name}"] = Method(minus)
+    return {
+        "testbed": {"vanilla": Method(), "default tools": Method(all_on)},
+        "token_clip": token_clip,
+        "pf": pf,
+        "singles": single,
+        "ablation": ablation,
+    }
+
+
+def train(start: str, seed: int, method: Method, steps: int, output_dir: str, common: dict) -> GRPOExtTrainer:
+    rewards = [testbed.answer_reward]
+    weights = None
+    if method.reward_noise > 0:  # train on the noisy score, log the true accuracy with weight 0
+        rewards = [noisy_verifier(method.reward_noise, seed), testbed.answer_reward]
+        weights = [1.0, 0.0]
+    config = {**common, **method.config}
+    args = GRPOExtConfig(
+        **testbed.grpo_settings(
+            output_dir=output_dir,
+            seed=seed,
+            max_steps=steps,
+            disable_tqdm=True,
+            diversity_metrics=["distinct", "entropy"],
+            reward_weights=weights,
+            **config,
+        )
+    )
+    trainer = GRPOExtTrainer(
+        model=start,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=testbed.addition_problems(40_000, seed=1 + seed),
+        processing_class=testkit.build_char_tokenizer(),
+    )
+    trainer.train()
+    return trainer
+
+
+def curves(log_history: list[dict]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for key in CURVE_KEYS:
+        points = [(h["step"], h[key]) for h in log_history if key in h]
+        if points:
+            out[key] = points
+    return out
+
+
+def entropy_ratio(curve: list[tuple[int, float]], steps: int) -> float:
+    """Mean training entropy of the first 10% of steps over that of the last 10% (how many times it fell)."""
+    first = [v for s, v in curve if s <= max(1, steps // 10)]
+    last = [v for s, v in curve if s > steps - max(1, steps // 10)]
+    if not first or not last:
+        return float("nan")
+    return statistics.mean(first) / max(statistics.mean(last), 1e-9)
+
+
+def pf_picker(start: str, seed: int, noise: float) -> list[tuple[str, float]]:
+    """PF-PPO's choice (sec. 4.2): R^2 between the noisy score and the truth on the kept samples of a labelled set
+    (64 training prompts x 8 warm-start samples)."""
+    tok = testkit.build_char_tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(start)
+    rows = testbed.addition_problems(64, seed=70_000 + seed)
+    prompts = [p for p in rows["prompt"] for _ in range(8)]
+    answers = [a for a in rows["answer"] for _ in range(8)]
+    torch.manual_seed(seed)
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(
+        **enc,
+        do_sample=True,
+        temperature=0.7,
+        top_k=0,
+        max_new_tokens=testbed.MAX_COMPLETION_LENGTH,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    truth = torch.tensor(testbed.answer_reward(texts, answers))
+    scores = torch.tensor(noisy_verifier(noise, seed)(texts, answers))
+    generator = torch.Generator().manual_seed(seed)
+    return rank_filter_strategies(scores, truth, 8, generator=generator)
+
+
+def fmt(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "n/a"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} +- {spread:.3f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--suite", choices=list(suites()), default="testbed")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=testbed.grpo_settings()["max_steps"])
+    parser.add_argument("--methods", nargs="+", default=None, help="default: every method of the suite")
+    parser.add_argument("--out", default="testbed_study")
+    parser.add_argument("--tag", default="", help="suffix of the output files")
+    parser.add_argument("--report", default=None, metavar="JSON", help="print the table and plot of a saved run, no training")
+    parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "trl_grpo_ext_testbed"))
+    parser.add_argument(
+        "--set", nargs="*", default=[], metavar="FIELD=VALUE", help="GRPOExtConfig fields for every run (JSON values)"
+    )
+    args = parser.parse_args()
+    if args.report:
+        with open(args.report) as f:
+            saved = json.load(f)
+        saved["start"] = {int(k): v for k, v in saved["start"].items()}
+        print(table(saved))
+        if saved["suite"] == "testbed":
+            print(criteria(saved))
+        plot(saved, args.report.removesuffix(".json") + ".png")
+        return
+    common = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            common[key] = json.loads(value)
+        except json.JSONDecodeError:
+            common[key] = value
+    methods = suites()[args.suite]
+    names = args.methods or list(methods)
+    unknown = sorted(set(names) - set(methods))
+    if unknown:
+        parser.error(f"unknown method(s) {unknown}; the {args.suite} suite has {list(methods)}")
+    os.makedirs(args.out, exist_ok=True)
+    tok = testkit.build_char_tokenizer()
+    results: dict = {"suite": args.suite, "steps": args.steps, "seeds": args.seeds, "set": common, "start": {}}
+    results["runs"] = {name: [] for name in names}
+    for seed in args.seeds:
+        start = testbed.warm_start(args.cache, seed=seed)
+        heldout = testbed.addition_problems(split="test", seed=seed)
+        results["start"][seed] = testbed.evaluate(AutoModelForCausalLM.from_pretrained(start), tok, heldout, seed=seed)
+        if args.suite == "pf":
+            results.setdefault("picker", {})[seed] = {"noise 1": pf_picker(start, seed, 1.0)}
+            print(f"seed {seed} R^2 picker (noise 1): {results['picker'][seed]['noise 1']}", flush=True)
+        for name in names:
+            began = time.perf_counter()
+            with tempfile.TemporaryDirectory() as tmp:
+                trainer = train(start, seed, methods[name], args.steps, tmp, common)
+            seconds = time.perf_counter() - began
+            end = testbed.evaluate(trainer.model, tok, heldout, seed=seed)
+            logged = curves(trainer.state.log_history)
+            run = {
+                "seed": seed,
+                "end": {k: end[k] for k in EVAL_KEYS},
+                "samples": end["samples"],
+                "seconds": seconds,
+                "entropy_ratio": entropy_ratio(logged.get("entropy", []), args.steps),
+                "curves": logged,
+            }
+            results["runs"][name].append(run)
+            print(
+                f"seed {seed} {name}: acc {results['start'][seed]['answer_acc']:.3f} -> {end['answer_acc']:.3f}, "
+                f"pass@1 {end['pass_at_1']:.3f}, pass@8 {end['pass_at_8']:.3f}, entropy {end['entropy']:.3f} "
+                f"(training entropy fell {run['entropy_ratio']:.1f}x), distinct-2 {end['distinct_2']:.3f}, "
+                f"{seconds:.0f} s",
+                flush=True,
+            )
+    stem = os.path.join(args.out, f"testbed_{args.suite}{args.tag}")
+    with open(f"{stem}.json", "w") as f:
+        json.dump(results, f)
+    print(table(results))
+    if args.suite == "testbed":
+        print(criteria(results))
+    plot(results, f"{stem}.png")
+
+
+def table(results: dict) -> str:
+    seeds = results["seeds"]
+    header = "| method | answer_acc | gain | pass@1 | pass@8 | entropy | distinct_2 | entropy fell (x) | extra |\n"
+    header += "|---|---|---|---|---|---|---|---|---|\n"
+    start = [results["start"][s] for s in seeds]
+    rows = [
+        "| (warm start) | "
+        + " | ".join(
+            [fmt([m["answer_acc"] for m in start]), ""]
+            + [fmt([m[k] for m in start]) for k in ("pass_at_1", "pass_at_8", "entropy", "distinct_2")]
+            + ["", ""]
+        )
+        + " |"
+    ]
+    for name, runs in results["runs"].items():
+        gain = [r["end"]["answer_acc"] - results["start"][r["seed"]]["answer_acc"] for r in runs]
+        extra = []
+        for key, label in (
+            ("clip_cov/selected_tokens", "clipped tokens/step"),
+            ("kl_cov/selected_tokens", "penalised tokens/step"),
+            ("kl/beta", "final beta"),
+            ("filter/kept_frac", "kept"),
+        ):
+            if label == "final beta":
+                values = [r["curves"][key][-1][1] for r in runs if key in r["curves"]]
+            else:
+                values = [v for v in (_mean_curve(r, key) for r in runs) if v is not None]
+            if values:
+                extra.append(f"{label} {statistics.mean(values):.3g}")
+        rows.append(
+            f"| {name} | {fmt([r['end']['answer_acc'] for r in runs])} | {fmt(gain)} | "
+            + " | ".join(fmt([r["end"][k] for r in runs]) for k in ("pass_at_1", "pass_at_8", "entropy", "distinct_2"))
+            + f" | {fmt([r['entropy_ratio'] for r in runs])} | {'; '.join(extra)} |"
+        )
+    return header + "\n".join(rows) + "\n"
+
+
+def _mean_curve(run: dict, key: str):
+    points = run["curves"].get(key)
+    return statistics.mean(v for _, v in points) if points else None
+
+
+def criteria(results: dict) -> str:
+    """Issue 11's testbed checks on the vanilla runs, and the default-run targets on the default tools."""
+    lines = []
+    vanilla = {r["seed"]: r for r in results["runs"].get("vanilla", [])}
+    tools = {r["seed"]: r for r in results["runs"].get("default tools", [])}
+    for seed, run in vanilla.items():
+        start, end = results["start"][seed], run["end"]
+        gain = end["answer_acc"] - start["answer_acc"]
+        d1, d8 = end["pass_at_1"] - start["pass_at_1"], end["pass_at_8"] - start["pass_at_8"]
+        lines.append(
+            f"seed {seed} vanilla: gain {gain:+.3f} ({'ok' if gain >= 0.15 else 'MISS'} >= +0.15), training entropy "
+            f"fell {run['entropy_ratio']:.1f}x ({'ok' if run['entropy_ratio'] >= 5 else 'MISS'} >= 5x), pass@8 "
+            f"{d8:+.3f} vs pass@1 {d1:+.3f} ({'ok' if d8 <= d1 / 2 else 'MISS'}: pass@8 gains under half), "
+            f"distinct-2 {start['distinct_2']:.3f} -> {end['distinct_2']:.3f} "
+            f"({'ok' if end['distinct_2'] < start['distinct_2'] else 'MISS'})"
+        )
+        if seed in tools:
+            t = tools[seed]["end"]
+            tg = t["answer_acc"] - start["answer_acc"]
+            more = t["entropy"] > end["entropy"] or t["distinct_2"] > end["distinct_2"]
+            lines.append(
+                f"seed {seed} tools: gain {tg:+.3f} ({'ok' if tg >= 0.10 else 'MISS'} >= +0.10), vs vanilla "
+                f"{t['answer_acc'] - end['answer_acc']:+.3f} ({'ok' if t['answer_acc'] >= end['answer_acc'] - 0.01 else 'MISS'}"
+                f" >= -0.01), entropy {t['entropy']:.3f} vs {end['entropy']:.3f}, distinct-2 {t['distinct_2']:.3f} vs "
+                f"{end['distinct_2']:.3f} ({'ok' if more else 'MISS'}: one of them higher)"
+            )
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str, smooth: int = 3) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("entropy", "token entropy (training batches)"), ("reward", "training reward")]
+    if results["suite"] == "pf":
+        panels[1] = ("rewards/answer_reward/mean", "true accuracy of the training samples")
+    panels.append(("diversity/distinct_2_in_group", "Distinct-2 within a prompt's 8 samples"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for i, (name, runs) in enumerate(results["runs"].items()):
+            series = [r["curves"].get(key) for r in runs if r["curves"].get(key)]
+            if not series:
+                continue
+            length = min(len(s) for s in series)
+            x = [p[0] for p in series[0][:length]]
+            y = [statistics.mean(s[j][1] for s in series) for j in range(length)]
+            y = [statistics.mean(y[max(0, j - smooth + 1) : j + 1]) for j in range(len(y))]
+            ax.plot(x, y, "-" if i < 10 else "--", label=name, linewidth=2.5 if name.startswith("vanilla") else 1.2)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{label} (mean of {len(results['seeds'])} seeds)")
+        ax.grid(alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[-1].legend(fontsize=7)
+    fig.suptitle(f"testbed, suite '{results['suite']}'")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
