@@ -1,6 +1,6 @@
 """Studies on the learning testbed (``trl_grpo_ext.testbed``): the numbers of docs/results.md come from here.
 
-    python benchmarks/testbed_study.py --suite testbed     # vanilla GRPO learns, then collapses; the default tools beside it
+    python benchmarks/testbed_study.py --suite testbed     # vanilla GRPO learns, then collapses; the default tools
     python benchmarks/testbed_study.py --suite token_clip  # Clip-Cov / KL-Cov ratio sweep, off-policy mini-batches
     python benchmarks/testbed_study.py --suite pf          # PF-PPO filters under a noisy reward, with the R^2 picker
     python benchmarks/testbed_study.py --suite singles     # all on beside each tool alone
@@ -13,7 +13,8 @@ seed = GRPO seed), cached in ``--cache``. Held-out: the 179 held-out prompts gre
 samples at T 0.7 (``pass_at_1``, ``pass_at_8``, ``entropy``, within-prompt ``distinct_2``).
 
 Every suite prints one table (mean +- std over seeds, methods interleaved per seed), writes the raw runs to
-``<out>/testbed_<suite>.json`` and curves to ``<out>/testbed_<suite>.png``. About 35 s per run on 2 CPU cores (AEPO runs: about 60 s).
+``<out>/testbed_<suite>.json`` and curves to ``<out>/testbed_<suite>.png``. About 35 s per run on 2 CPU cores (AEPO
+runs: about 60 s).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def suites() -> dict[str, dict[str, Method]]:
         token_clip[f"Clip-Cov r={ratio:g}"] = Method({"token_clip": "clip_cov", "clip_cov_ratio": ratio})
     for ratio in ratios:
         token_clip[f"KL-Cov k={ratio:g}"] = Method({"token_clip": "kl_cov", "kl_cov_ratio": ratio})
-    token_clip["KL-Cov k=0.2, PPO clip kept"] = Method({"token_clip": "kl_cov", "kl_cov_ratio": 0.2, "kl_cov_ppo_clip": True})
+    token_clip["KL-Cov k=0.2, PPO clip kept"] = Method(
+        {"token_clip": "kl_cov", "kl_cov_ratio": 0.2, "kl_cov_ppo_clip": True}
+    )
     pf = {}
     for noise in (0.0, 1.0):
         tag = "clean" if noise == 0 else f"noise {noise:g}"
@@ -207,7 +210,9 @@ def main():
     parser.add_argument("--methods", nargs="+", default=None, help="default: every method of the suite")
     parser.add_argument("--out", default="testbed_study")
     parser.add_argument("--tag", default="", help="suffix of the output files")
-    parser.add_argument("--report", default=None, metavar="JSON", help="print the table and plot of a saved run, no training")
+    parser.add_argument(
+        "--report", default=None, metavar="JSON", help="print the table and plot of a saved run, no training"
+    )
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "trl_grpo_ext_testbed"))
     parser.add_argument(
         "--set", nargs="*", default=[], metavar="FIELD=VALUE", help="GRPOExtConfig fields for every run (JSON values)"
@@ -341,8 +346,9 @@ def criteria(results: dict) -> str:
             more = t["entropy"] > end["entropy"] or t["distinct_2"] > end["distinct_2"]
             lines.append(
                 f"seed {seed} tools: gain {tg:+.3f} ({'ok' if tg >= 0.10 else 'MISS'} >= +0.10), vs vanilla "
-                f"{t['answer_acc'] - end['answer_acc']:+.3f} ({'ok' if t['answer_acc'] >= end['answer_acc'] - 0.01 else 'MISS'}"
-                f" >= -0.01), entropy {t['entropy']:.3f} vs {end['entropy']:.3f}, distinct-2 {t['distinct_2']:.3f} vs "
+                f"{t['answer_acc'] - end['answer_acc']:+.3f} "
+                f"({'ok' if t['answer_acc'] >= end['answer_acc'] - 0.01 else 'MISS'} >= -0.01), "
+                f"entropy {t['entropy']:.3f} vs {end['entropy']:.3f}, distinct-2 {t['distinct_2']:.3f} vs "
                 f"{end['distinct_2']:.3f} ({'ok' if more else 'MISS'}: one of them higher)"
             )
     return "\n".join(lines)

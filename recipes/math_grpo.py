@@ -60,9 +60,9 @@ class MathScriptArguments:
     synthetic_task: Literal["addition", "chains"] = field(
         default="addition",
         metadata={
-            "help": "Offline task of dataset_name=synthetic. 'addition': the learning testbed (\"47+8=\" -> \"55\", "
+            "help": 'Offline task of dataset_name=synthetic. \'addition\': the learning testbed ("47+8=" -> "55", '
             "a careless-teacher warm start; trl_grpo_ext.testbed). 'chains': multi-step sums written one step per "
-            "line (\"3+4+2=\" -> \"3+4=7\\n7+2=9\\n9\"), for PRM step rewards."
+            'line ("3+4+2=" -> "3+4=7\\n7+2=9\\n9"), for PRM step rewards.'
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration (e.g. 'main')."})
@@ -354,8 +354,11 @@ def _last(history: list[dict], key: str):
 
 def print_summary(summary: dict, output_dir: str) -> None:
     print(f"\n=== math_grpo summary (task: {summary['task']}, held-out problems) ===")
-    rows = [(label, summary[key]) for key, label in (("start", "start (SFT)"), ("vanilla", "vanilla GRPO"),
-                                                     ("final", "GRPO + tools")) if key in summary]
+    rows = [
+        (label, summary[key])
+        for key, label in (("start", "start (SFT)"), ("vanilla", "vanilla GRPO"), ("final", "GRPO + tools"))
+        if key in summary
+    ]
     if rows:
         keys = [k for k in SUMMARY_KEYS if k in rows[0][1]] + (["step_acc"] if "step_acc" in rows[0][1] else [])
         print(f"{'':<14}" + "".join(f"{k:>12}" for k in keys))
@@ -378,7 +381,8 @@ def print_summary(summary: dict, output_dir: str) -> None:
             v, t = summary["vanilla"], summary["final"]
             print(
                 f"tools vs vanilla: accuracy {100 * (t['answer_acc'] - v['answer_acc']):+.1f} points, entropy "
-                f"{t['entropy']:.3f} vs {v['entropy']:.3f} nats, Distinct-2 {t['distinct_2']:.3f} vs {v['distinct_2']:.3f}"
+                f"{t['entropy']:.3f} vs {v['entropy']:.3f} nats, Distinct-2 {t['distinct_2']:.3f} vs "
+                f"{v['distinct_2']:.3f}"
             )
         for sample in rows[-1][1]["samples"]:
             print("  ", sample)

@@ -48,7 +48,12 @@ FEATURES = {
     ),
 }
 EXPECTED_METRICS = {
-    "clip_cov": ["clip_cov/selected_frac", "clip_cov/selected_tokens", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac"],
+    "clip_cov": [
+        "clip_cov/selected_frac",
+        "clip_cov/selected_tokens",
+        "clip_cov/cov_mean",
+        "clip_cov/ppo_clipped_frac",
+    ],
     "kl_cov": ["kl_cov/selected_frac", "kl_cov/selected_tokens", "kl_cov/cov_mean", "kl_cov/penalty_mean"],
     "filter": ["filter/kept_frac", "filter/kept_reward_mean", "filter/groups_kept_frac"],
     "kl": ["kl/beta", "kl/value", "kl/target"],

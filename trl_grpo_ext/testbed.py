@@ -1,8 +1,8 @@
 """The learning testbed: a task where GRPO learns on 2 CPU cores, and then collapses.
 
 Task: add a two-digit and a one-digit number, ``"47+8="`` -> ``"55"``; 900 problems, about one in five held out (179;
-a hash of the prompt decides, so the split is the same on every machine). The reward is a verifier: 1.0 when the completion
-is exactly the sum.
+a hash of the prompt decides, so the split is the same on every machine). The reward is a verifier: 1.0 when the
+completion is exactly the sum.
 
 Warm start: a tiny random Llama (128 wide, 4 layers, character tokenizer) fine-tuned with TRL's ``SFTTrainer`` on
 answers from a *careless teacher*, who is right 30% of the time, one too high 40%, two too high 15% and one too low
@@ -168,7 +168,9 @@ def warm_start(
     )
     if state.is_main_process:
         log(f"[testbed] SFT warm start (seed {seed}, {examples} careless-teacher rows), cached in {path}")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(examples, seed=seed), processing_class=tokenizer)
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=sft_dataset(examples, seed=seed), processing_class=tokenizer
+    )
     trainer.train()
     tmp = f"{path}.tmp-{os.getpid()}"
     trainer.save_model(tmp)  # writes on the main process only
