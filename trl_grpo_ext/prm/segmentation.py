@@ -8,9 +8,15 @@ completion token**
 (EOS included), so the stop decision shares the reward of the last step.
 
 Mapping characters to tokens must survive tokenizers that merge the separator into a neighbouring token (``".\\n"``),
-byte-level pieces and decode normalisation. :func:`step_end_tokens` re-encodes the decoded text with offsets when that
-round-trips to the same ids (fast path), and otherwise binary-searches the shortest decoded prefix that covers the
-step's last character (a few decodes per step).
+byte-level pieces, special tokens (EOS ends every finished completion) and decode normalisation.
+:func:`char_ends_to_tokens` is linear in the completion length on its two main paths:
+
+1. the special tokens are set aside and the decoded text is re-encoded once with offsets; when that round-trips to
+   the remaining ids (the policy sampled the canonical tokenization), the offsets give every token's end;
+2. otherwise (a non-canonical tokenization) every token's text is found by decoding it with a few tokens of left
+   context, all windows in one batch, and used when the pieces add up to the decoded text;
+3. only when neither applies (a decoder whose pieces do not add up, e.g. a character split across bytes inside a
+   window) it binary-searches the shortest decoded prefix that covers each step's last character.
 """
 
 from __future__ import annotations
@@ -53,22 +59,59 @@ def _decoded_length(tokenizer, ids: Sequence[int]) -> int:
     return len(tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
-def char_ends_to_tokens(tokenizer, ids: Sequence[int], text: str, last_chars: Sequence[int]) -> list[int]:
-    """For each character index in ``last_chars``, the index of the token of ``ids`` that produces that character.
+#: Tokens of left context decoded with each token on path 2 (leading-space and byte-merging decoders need 1-3).
+_CONTEXT = 4
 
-    ``text`` must be ``tokenizer.decode(ids, skip_special_tokens=True)``.
-    """
-    if not last_chars:
-        return []
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+
+def _decode_many(tokenizer, batch: list[list[int]]) -> list[str]:
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast tokenizer decodes the whole batch in Rust
+    if backend is not None:
+        return backend.decode_batch(batch, skip_special_tokens=True)
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in batch]
+
+
+def _canonical_token_ends(tokenizer, ids: list[int], text: str) -> list[int] | None:
+    """Path 1: decoded-text end of every token of ``ids`` from one encode with offsets, or None if it does not
+    round-trip. Special tokens produce no text: they end where the previous token ends."""
     special = set(getattr(tokenizer, "all_special_ids", []))
     core = [i for i in ids if i not in special]
-    if list(encoded["input_ids"]) == core and len(core) == len(ids):
-        token_ends = [end for _, end in encoded["offset_mapping"]]
-        return [min(bisect.bisect_right(token_ends, c), len(ids) - 1) for c in last_chars]
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    if list(encoded["input_ids"]) != core:
+        return None
+    core_ends = iter(end for _, end in encoded["offset_mapping"])
+    ends, last = [], 0
+    for i in ids:
+        if i not in special:
+            last = next(core_ends)
+        ends.append(last)
+    return ends
+
+
+def _windowed_token_ends(tokenizer, ids: list[int], text: str) -> list[int] | None:
+    """Path 2: every token's piece of text as decode(context + token) minus decode(context), in one batched decode;
+    None unless the pieces add up to ``text``."""
+    batch = []
+    for k in range(len(ids)):
+        left = ids[max(0, k - _CONTEXT) : k]
+        batch.append(left)
+        batch.append(left + [ids[k]])
+    decoded = _decode_many(tokenizer, batch)
+    ends, total = [], 0
+    for short, long in zip(decoded[0::2], decoded[1::2], strict=True):
+        if not long.startswith(short):
+            return None
+        total += len(long) - len(short)
+        ends.append(total)
+    if total != len(text):
+        return None
+    return ends
+
+
+def _searched_token_ends(tokenizer, ids: list[int], last_chars: Sequence[int]) -> list[int]:
+    """Path 3: for each character, the smallest prefix of ``ids`` whose decode covers it (a few decodes per step)."""
     result = []
     lo = 1
-    for c in last_chars:  # smallest prefix length k whose decode covers character c; monotone in c
+    for c in last_chars:  # monotone in c
         hi = len(ids)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -78,6 +121,25 @@ def char_ends_to_tokens(tokenizer, ids: Sequence[int], text: str, last_chars: Se
                 lo = mid + 1
         result.append(lo - 1)
     return result
+
+
+def char_ends_to_tokens(tokenizer, ids: Sequence[int], text: str, last_chars: Sequence[int]) -> list[int]:
+    """For each character index in ``last_chars`` (non-decreasing), the index of the token of ``ids`` that produces
+    that character.
+
+    ``text`` must be ``tokenizer.decode(ids, skip_special_tokens=True)``. Linear in ``len(ids)`` unless the tokenizer's
+    pieces do not add up to its decode (see the module docstring).
+    """
+    if not last_chars:
+        return []
+    ids = list(ids)
+    token_ends = _canonical_token_ends(tokenizer, ids, text)
+    if token_ends is None:
+        token_ends = _windowed_token_ends(tokenizer, ids, text)
+    if token_ends is None:
+        return _searched_token_ends(tokenizer, ids, last_chars)
+    # The first token whose text ends after character c produced it.
+    return [min(bisect.bisect_right(token_ends, c), len(ids) - 1) for c in last_chars]
 
 
 def segment_completion(
