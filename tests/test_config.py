@@ -87,6 +87,29 @@ def test_kl_cov_off_policy_is_accepted():
     assert make(token_clip="kl_cov", steps_per_generation=2).is_off_policy
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(token_clip="kl_cov", kl_cov_ratio=0.2, num_iterations=2), dict(token_clip="clip_cov", clip_cov_ratio=0.1)],
+)
+def test_token_clip_ratio_that_looks_like_a_percentage_warns(overrides):
+    # PRIME-RL's k_percent=0.2 means 0.2% of tokens; pasted into kl_cov_ratio it would mean 20%.
+    with pytest.warns(UserWarning, match=r"fraction, not a percentage") as record:
+        make(**overrides)
+    ours = [w for w in record if "not a percentage" in str(w.message)]
+    assert len(ours) == 1 and f"{overrides['token_clip']}_ratio" in str(ours[0].message)
+
+
+def test_paper_ratios_and_inactive_ratios_do_not_warn():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        make(token_clip="kl_cov", kl_cov_ratio=2e-3, num_iterations=2)
+        make(token_clip="clip_cov", clip_cov_ratio=0.05)
+        make(token_clip="none", kl_cov_ratio=0.2)  # not active: nothing to warn about
+    assert not [w for w in record if "not a percentage" in str(w.message)]
+
+
 def test_every_extension_field_documented_and_literal_switches():
     ours = [
         f

@@ -110,6 +110,7 @@ def _micro_batch(trainer, train_dataset, seed=0):
     return out
 
 
+@pytest.mark.filterwarnings("ignore:.*not a percentage")  # a large ratio on purpose: many tokens
 def test_clip_cov_removes_exactly_the_selected_tokens_policy_gradient(make_trainer, train_dataset):
     trainer = make_trainer(
         token_clip="clip_cov", clip_cov_ratio=0.25, clip_cov_lb=-100.0, clip_cov_ub=100.0, beta=0.1, loss_type="bnpo"
@@ -148,6 +149,7 @@ def test_clip_cov_removes_exactly_the_selected_tokens_policy_gradient(make_train
     assert int(sel.sum()) == max(1, math.floor(0.25 * int(mask.sum())))
 
 
+@pytest.mark.filterwarnings("ignore:.*not a percentage")  # a large ratio on purpose: many tokens
 def test_kl_cov_penalty_value_and_gradient(make_trainer, train_dataset):
     trainer = make_trainer(
         token_clip="kl_cov", num_iterations=2, kl_cov_ratio=0.2, kl_cov_coef=0.7, loss_type="dr_grpo"

@@ -53,6 +53,123 @@ def test_resume_keeps_the_collapse_alarm_baseline(make_trainer, tmp_path):
     assert resumed.collapse_monitor.baseline_distinct2 == full.collapse_monitor.baseline_distinct2
 
 
+KL_RESUME = dict(
+    kl_control="adaptive", beta=0.04, kl_target=0.01, kl_horizon=50, max_steps=3, save_strategy="steps", save_steps=1
+)
+
+
+def test_kill_while_saving_extension_state_resumes_from_the_last_complete_checkpoint(
+    make_trainer, tiny_model_path, tmp_path
+):
+    """Issue 16: a kill inside the state write used to leave a checkpoint that resume_from_checkpoint=True picked and
+    died on (raw JSONDecodeError)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "out"
+    worker = Path(__file__).with_name("kill_worker.py")
+    proc = subprocess.run(
+        [sys.executable, str(worker), str(tiny_model_path), str(out), json.dumps(KL_RESUME)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -9, proc.stderr[-3000:]  # SIGKILL, inside the write
+    killed = out / "checkpoint-2"
+    assert not (killed / "grpo_ext_state.json").exists()  # never half a file under the real name
+    assert [p.name for p in killed.iterdir() if p.name.endswith(".tmp")]  # the half-written temporary is all there is
+    assert not (killed / "trainer_state.json").exists()
+
+    resumed = make_trainer(**KL_RESUME)
+    resumed.train(resume_from_checkpoint=True)  # takes checkpoint-1, skips the interrupted checkpoint-2
+    full = make_trainer(**{**KL_RESUME, "output_dir": str(tmp_path / "full")})
+    full.train()
+    assert [h["kl/beta"] for h in last_logs(resumed)][-2:] == pytest.approx(
+        [h["kl/beta"] for h in last_logs(full)][-2:], rel=1e-6
+    )
+    assert resumed.beta == pytest.approx(full.beta, rel=1e-6)
+
+
+def _saved_checkpoint(make_trainer, tmp_path, **fields):
+    make_trainer(**{**KL_RESUME, "max_steps": 2, **fields}).train()
+    return tmp_path / "out" / "checkpoint-2"
+
+
+@pytest.mark.parametrize(
+    "content, key",
+    [
+        ('{"kl_control": {"val', "cannot be read"),  # truncated
+        ("", "cannot be read"),  # empty
+        (b"\x80\x81\xfe", "cannot be read"),  # binary
+        ("[1, 2]", "must map family names"),
+        ('{"kl_control": 0.5}', "must map family names"),
+        ('{"kl_control": {}}', "'value' is missing"),
+        ('{"kl_control": {"value": NaN}}', "'value' must be finite"),
+        ('{"kl_control": {"value": -1.0}}', "'value' = -1.0 is outside"),
+        ('{"kl_control": {"value": "0.1"}}', "'value' must be a number"),
+        ('{"kl_control": {"value": true}}', "'value' must be a number"),
+        ('{"kl_control": {"value": 0.1, "num_updates": 2.5}}', "'num_updates' must be a whole number"),
+    ],
+)
+def test_damaged_extension_state_is_an_error_naming_the_file_and_key(make_trainer, tmp_path, content, key):
+    checkpoint = _saved_checkpoint(make_trainer, tmp_path)
+    path = checkpoint / "grpo_ext_state.json"
+    (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    resumed = make_trainer(**KL_RESUME)
+    with pytest.raises(ValueError) as info:
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    message = str(info.value)
+    assert str(path) in message and key in message and "ext_resume_state='ignore'" in message
+
+
+@pytest.mark.parametrize(
+    "fields, entry",
+    [
+        (dict(entropy_control="aepo"), {"entropy_control": {"last_entropy": 0.5, "temperature": "hot"}}),
+        (dict(entropy_control="aepo"), {"entropy_control": {"last_entropy": -1.0, "temperature": 1.2}}),
+        (dict(diversity_metrics=["distinct"]), {"collapse_monitor": {"baseline_distinct2": 2.0}}),
+    ],
+)
+def test_damaged_aepo_and_monitor_state_is_refused(make_trainer, tmp_path, fields, entry):
+    checkpoint = _saved_checkpoint(make_trainer, tmp_path, **fields)
+    path = checkpoint / "grpo_ext_state.json"
+    state = json.loads(path.read_text())
+    state.update(entry)
+    path.write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=rf"entry '{next(iter(entry))}'"):
+        make_trainer(**KL_RESUME, **fields).train(resume_from_checkpoint=str(checkpoint))
+
+
+def test_ext_resume_state_ignore_starts_the_extensions_afresh(make_trainer, tmp_path, caplog):
+    checkpoint = _saved_checkpoint(make_trainer, tmp_path)
+    (checkpoint / "grpo_ext_state.json").write_text('{"kl_control": {"val')
+    resumed = make_trainer(**KL_RESUME, ext_resume_state="ignore")
+    with caplog.at_level("WARNING"):
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert "ext_resume_state='ignore'" in caplog.text
+    assert last_logs(resumed)[0]["kl/beta"] == pytest.approx(0.04)  # the initial beta, not the checkpoint's
+
+
+def test_checkpointed_beta_above_a_new_clamp_is_clamped_and_said(make_trainer, tmp_path, caplog):
+    checkpoint = _saved_checkpoint(make_trainer, tmp_path)
+    path = checkpoint / "grpo_ext_state.json"
+    state = json.loads(path.read_text())
+    state["kl_control"]["value"] = 0.5
+    path.write_text(json.dumps(state))
+    resumed = make_trainer(**KL_RESUME, kl_beta_max=0.1)
+    with caplog.at_level("WARNING"):
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert "outside this run's [kl_beta_min, kl_beta_max]" in caplog.text
+    assert last_logs(resumed)[0]["kl/beta"] <= 0.1
+
+
+def test_resume_true_without_a_complete_checkpoint_is_a_clear_error(make_trainer, tmp_path):
+    (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no complete checkpoint"):
+        make_trainer(**KL_RESUME).train(resume_from_checkpoint=True)
+
+
 def test_none_and_nan_rewards_give_finite_loss(make_trainer):
     def flaky(completions, **kwargs):
         return [None if i % 3 == 0 else (float("nan") if i % 3 == 1 else 1.0) for i in range(len(completions))]

@@ -24,6 +24,7 @@ import torch
 from transformers import TrainerCallback
 
 from .core.diversity import distinct_n_batch, repetition_rates, self_bleu_batch, unique_fraction
+from .core.state import state_number
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class CollapseMonitor(TrainerCallback):
         return {} if self.baseline_distinct2 is None else {"baseline_distinct2": self.baseline_distinct2}
 
     def load_state_dict(self, state: dict) -> None:
-        self.baseline_distinct2 = state.get("baseline_distinct2")
+        self.baseline_distinct2 = state_number(state, "baseline_distinct2", low=0.0, high=1.0, optional=True)
 
     def on_step_end(self, args, state, control, **kwargs):
         with _clock(self.trainer):

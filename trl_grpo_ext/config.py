@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
 from trl import GRPOConfig
+
+#: A token-clip ratio above this is more likely a percentage pasted as a fraction (0.2 for 0.2%) than intended.
+PERCENT_TRAP_RATIO = 0.05
 
 
 def _fail(field_name: str, value, problem: str, fix: str) -> None:
@@ -71,13 +75,14 @@ class GRPOExtConfig(GRPOConfig):
             `"local"`: tokens are chosen within each process's micro-batch (the reference implementation);
             `"global"`: the covariance means, counts and selection thresholds span all processes.
         clip_cov_ratio (`float`, *optional*, defaults to `2e-4`):
-            Fraction of valid tokens Clip-Cov detaches (paper and verl).
+            Fraction of valid tokens Clip-Cov detaches (paper and verl; a value above 0.05 warns).
         clip_cov_lb (`float`, *optional*, defaults to `1.0`):
             Lower covariance bound of Clip-Cov candidates.
         clip_cov_ub (`float`, *optional*, defaults to `5.0`):
             Upper covariance bound of Clip-Cov candidates.
         kl_cov_ratio (`float`, *optional*, defaults to `2e-3`):
-            Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B; a fraction, not percent).
+            Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B; a fraction, not percent:
+            a value above 0.05 warns).
         kl_cov_coef (`float`, *optional*, defaults to `1.0`):
             Coefficient of the KL-Cov penalty (paper scripts: 1.0; verl's config default: 0.1).
         kl_cov_ppo_clip (`bool`, *optional*, defaults to `False`):
@@ -156,6 +161,14 @@ class GRPOExtConfig(GRPOConfig):
             A completion counts as correct when its (weighted) reward is at least this.
         eval_pass_greedy (`bool`, *optional*, defaults to `True`):
             With `eval_pass_at_k`, also decode each eval prompt greedily once and log `pass@k/greedy` (its accuracy).
+
+        > Checkpoints
+
+        ext_resume_state (`str`, *optional*, defaults to `"load"`):
+            On `resume_from_checkpoint`, `"load"` restores the extensions' state (beta of the KL controllers, AEPO's
+            last entropy and temperature, the alarm's Distinct-2 baseline) from the checkpoint's
+            `grpo_ext_state.json` and refuses a damaged or out-of-range file with an error naming it; `"ignore"`
+            starts them from their initial state (the escape hatch for such a file).
     """
 
     # Advantage estimation
@@ -305,6 +318,13 @@ class GRPOExtConfig(GRPOConfig):
     eval_pass_greedy: bool = field(
         default=True, metadata={"help": "With eval_pass_at_k, also log the greedy accuracy (pass@k/greedy)."}
     )
+    ext_resume_state: Literal["load", "ignore"] = field(
+        default="load",
+        metadata={
+            "help": "On resume: 'load' restores the extensions' state from grpo_ext_state.json (a damaged file is an "
+            "error naming it); 'ignore' starts them from their initial state."
+        },
+    )
 
     #: The switches that change training; :meth:`without_extensions` sets each to its off value.
     FAMILY_SWITCHES = (
@@ -351,7 +371,11 @@ class GRPOExtConfig(GRPOConfig):
             value = getattr(self, name)
             if value not in registry:
                 _fail(name, value, "unknown value", f"use one of {registry.names()}")
-        for name, allowed in (("advantage_std", ("sample", "population")), ("token_clip_scope", ("local", "global"))):
+        for name, allowed in (
+            ("advantage_std", ("sample", "population")),
+            ("token_clip_scope", ("local", "global")),
+            ("ext_resume_state", ("load", "ignore")),
+        ):
             value = getattr(self, name)
             if value not in allowed:
                 _fail(name, value, "unknown value", f"use one of {list(allowed)}")
@@ -407,6 +431,16 @@ class GRPOExtConfig(GRPOConfig):
             _fail("kl_cov_coef", self.kl_cov_coef, "must be a finite number > 0", "e.g. kl_cov_coef=1.0 (paper)")
         if self.token_clip == "none":
             return
+        name = f"{self.token_clip}_ratio"
+        if getattr(self, name, 0.0) > PERCENT_TRAP_RATIO:
+            # PRIME-RL's scripts write k_percent=0.2 meaning 0.2% of tokens; pasted here it means 20%.
+            warnings.warn(
+                f"{name}={getattr(self, name)} selects {getattr(self, name):.0%} of the valid tokens: the value is a "
+                "fraction, not a percentage (the paper uses 2e-4 to 2e-3; PRIME-RL's scripts write 0.2 for 0.2%, "
+                f"which is {name}=2e-3 here). Ignore this if you meant it.",
+                UserWarning,
+                stacklevel=4,
+            )
         if self.importance_sampling_level != "token":
             _fail(
                 "token_clip",

@@ -11,16 +11,20 @@ Overridden TRL 1.16 methods (and why):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import logging
 import os
+import re
+import tempfile
 import warnings
 from typing import Any
 
 import torch
 import trl
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
@@ -86,6 +90,26 @@ def _with_context(func):
             ) from error
 
     return wrapped
+
+
+def last_complete_checkpoint(output_dir: str) -> str:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` that holds ``trainer_state.json``; incomplete newer ones
+    (a kill while saving) are skipped with a warning. Raises ``ValueError`` when there is none."""
+    folders = []
+    if os.path.isdir(output_dir):
+        for name in os.listdir(output_dir):
+            match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name)
+            if match and os.path.isdir(os.path.join(output_dir, name)):
+                folders.append((int(match.group(1)), os.path.join(output_dir, name)))
+    for _, folder in sorted(folders, reverse=True):
+        if os.path.exists(os.path.join(folder, TRAINER_STATE_NAME)):
+            return folder
+        logger.warning("Skipping %s: it has no %s (saving was interrupted).", folder, TRAINER_STATE_NAME)
+    raise ValueError(
+        f"resume_from_checkpoint=True: no complete checkpoint (a {PREFIX_CHECKPOINT_DIR}-N folder with "
+        f"{TRAINER_STATE_NAME}) in output_dir={output_dir!r}. Fix: pass the checkpoint's path, or start without "
+        "resuming."
+    )
 
 
 class GRPOExtTrainer(GRPOTrainer):
@@ -316,6 +340,14 @@ class GRPOExtTrainer(GRPOTrainer):
         return logps, entropies, aux
 
     # ------------------------------------------------------------------ checkpoints
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """TRL's ``train``; ``resume_from_checkpoint=True`` takes the last *complete* checkpoint (one with the
+        Trainer's ``trainer_state.json``, written last), where transformers takes the last folder even if a kill
+        interrupted its writing."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def _stateful(self) -> dict[str, Any]:
         """Everything with checkpointed state: the extensions (by family) and the collapse monitor."""
         parts: dict[str, Any] = dict(self.extensions)
@@ -327,14 +359,28 @@ class GRPOExtTrainer(GRPOTrainer):
         return {name: part.state_dict() for name, part in self._stateful().items() if part.state_dict()}
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # The extensions' state is written first, atomically (temporary file + rename): a kill at any moment leaves
+        # either no file or a complete one, and a checkpoint that has the Trainer's trainer_state.json (written last by
+        # transformers) always has it.
         state = self.ext_state_dict()
         if state and self.args.should_save:
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
-            with open(os.path.join(folder, STATE_FILE), "w") as f:
-                json.dump(state, f, indent=2)
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, STATE_FILE)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{STATE_FILE}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(state, f, indent=2, allow_nan=False)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+                raise
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -342,19 +388,33 @@ class GRPOExtTrainer(GRPOTrainer):
             return
         path = os.path.join(checkpoint, STATE_FILE)
         parts = self._stateful()
+        has_state = any(part.state_dict() for part in parts.values())
+        if self.args.ext_resume_state == "ignore":
+            if has_state:
+                logger.warning("ext_resume_state='ignore': extensions start from their initial state, %s unread.", path)
+            return
         if not os.path.exists(path):
-            if any(part.state_dict() for part in parts.values()):
+            if has_state:
                 logger.warning(
                     "Checkpoint %s has no %s: extensions start from their initial state.", checkpoint, STATE_FILE
                 )
             return
-        with open(path) as f:
-            state = json.load(f)
+        fix = "Fix: restore the file, or resume with ext_resume_state='ignore' to start the extensions afresh"
+        try:
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"Extension state {path} cannot be read ({error}). {fix}.") from error
+        if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
+            raise ValueError(f"Extension state {path} must map family names to JSON objects. {fix}.")
         for name, part_state in state.items():
-            if name in parts:
-                parts[name].load_state_dict(part_state)
-            else:
+            if name not in parts:
                 logger.warning("Checkpoint state for %r ignored: that family is off in this run.", name)
+                continue
+            try:
+                parts[name].load_state_dict(part_state)
+            except (KeyError, TypeError, ValueError) as error:
+                raise ValueError(f"Extension state {path}, entry {name!r}: {error}. {fix}.") from error
 
 
 __all__ = ["GRPOExtTrainer"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .state import state_number
+
 
 class AdaptiveKLController:
     """Proportional controller of Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences", sec. 2.2).
@@ -76,9 +78,15 @@ class AdaptiveKLController:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.value = float(state["value"])
-        self.num_updates = int(state.get("num_updates", 0))
-        self.last_error = float(state.get("last_error", 0.0))
+        """Restore beta and the update count; raises ``ValueError`` naming the key on a missing, non-finite or
+        non-positive value. A beta outside this run's ``[beta_min, beta_max]`` (the clamp was changed between runs)
+        is clamped into it: the caller can compare :attr:`value` with ``state["value"]`` to report it."""
+        value = state_number(state, "value", low=0.0, low_open=True)
+        num_updates = state_number(state, "num_updates", low=0, optional=True, integer=True)
+        last_error = state_number(state, "last_error", low=-0.2, high=0.2, optional=True)
+        self.value = min(max(float(value), self.beta_min), self.beta_max)
+        self.num_updates = num_updates or 0
+        self.last_error = float(last_error or 0.0)
 
 
 class DiversityKLController(AdaptiveKLController):

@@ -9,6 +9,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..core.aepo import aepo_per_token_loss, aepo_select, aepo_temperature
+from ..core.state import state_number
 from ..trl_compat import combined_rewards
 from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, LossContext
 
@@ -175,5 +176,5 @@ class AEPO(Extension):
         return {"last_entropy": self.last_entropy, "temperature": self.temperature}
 
     def load_state_dict(self, state):
-        self.last_entropy = state.get("last_entropy")
-        self.temperature = state.get("temperature")
+        self.last_entropy = state_number(state, "last_entropy", low=0.0, optional=True)
+        self.temperature = state_number(state, "temperature", low=0.0, low_open=True, optional=True)

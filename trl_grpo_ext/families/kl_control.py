@@ -26,6 +26,14 @@ class _BetaControl(Extension):
 
     def load_state_dict(self, state):
         self.controller.load_state_dict(state)
+        if self.controller.value != state["value"]:
+            logger.warning(
+                "Checkpointed beta %g lies outside this run's [kl_beta_min, kl_beta_max] = [%g, %g]: resuming from %g.",
+                state["value"],
+                self.controller.beta_min,
+                self.controller.beta_max,
+                self.controller.value,
+            )
         self.trainer.beta = self.controller.value
 
 
