@@ -42,7 +42,7 @@ from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed, testkit
 from trl_grpo_ext.data import load_math_dataset
 from trl_grpo_ext.evaluation import evaluate_multistep
 from trl_grpo_ext.plot import plot_runs
-from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS
+from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS, set_math_reward_workers
 
 TINY_MODEL = "tiny"
 #: What the side-by-side table shows, in this order (held-out numbers; see trl_grpo_ext.testbed.evaluate).
@@ -75,6 +75,13 @@ class MathScriptArguments:
     reward_funcs: list[str] = field(
         default_factory=lambda: ["exact_answer"],
         metadata={"help": "Outcome rewards by name (exact_answer, final_answer, math_accuracy, boxed_format, ...)."},
+    )
+    math_reward_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes that score math_accuracy: 1 = serial in the main thread, N > 1 = a persistent pool with "
+            "per-answer and per-batch time bounds; default: the cores divided among the local training processes."
+        },
     )
     step_reward_funcs: list[str] = field(
         default_factory=lambda: ["arithmetic_steps"],
@@ -275,6 +282,7 @@ def switched_on(args: GRPOExtConfig) -> dict:
 def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_args: ModelConfig) -> dict:
     state = PartialState()
     set_seed(training_args.seed)
+    set_math_reward_workers(script_args.math_reward_workers)
     tiny = model_args.model_name_or_path in (None, TINY_MODEL)
     synthetic = script_args.dataset_name == "synthetic"
     if tiny and not synthetic:

@@ -76,3 +76,82 @@ def test_long_text_answer_still_found():
 def test_format_reward_and_registry():
     assert boxed_format_reward(["work... \\boxed{3}", "no box", "\\boxed{1} \\boxed{2}"]) == [1.0, 0.0, 0.0]
     assert {"math_accuracy", "boxed_format", "final_answer"} <= set(REWARD_FUNCS.names())
+
+
+# ------------------------------------------------------------------ any thread, worker processes, time bounds
+CASES = (
+    ["\\boxed{42}", "\\boxed{\\frac{1}{2}}", "\\boxed{41}", "\\boxed{9**9**9**9}", "\\boxed{3}"],
+    ["#### 42", "\\boxed{0.5}", "#### 42", "#### 42", "9**9**9**9"],
+    [1.0, 1.0, 0.0, 0.0, None],  # right, right (another form), wrong, hostile (screened), unusable reference
+)
+
+
+def _score(workers):
+    from trl_grpo_ext.rewards import set_math_reward_workers
+
+    set_math_reward_workers(workers)
+    try:
+        return math_accuracy_reward(CASES[0], solution=CASES[1])
+    finally:
+        set_math_reward_workers(None)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_math_reward_is_the_same_from_any_thread_and_process(workers):
+    """Issue 15: from a worker thread math-verify's signal timeouts failed and every answer scored 0.0, silently."""
+    import asyncio
+    import concurrent.futures
+    import multiprocessing
+    import threading
+
+    expected = CASES[2]
+    assert _score(workers) == expected  # main thread
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("scores", _score(workers)))
+    thread.start()
+    thread.join(timeout=120)
+    assert out["scores"] == expected  # a plain worker thread
+    assert asyncio.run(asyncio.to_thread(_score, workers)) == expected  # an async reward wrapper
+    if workers == 1:  # called in a worker process's main thread: the serial path, its own timeouts work
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as executor:
+            assert executor.submit(_score, workers).result(timeout=120) == expected
+
+
+def test_math_reward_pool_bounds_each_answer_and_each_batch():
+    from trl_grpo_ext.rewards.pool import MathScorerPool
+
+    pool = MathScorerPool(2)
+    try:
+        # Each takes about 2 s in sympy (math-verify's own limit) and passes the screen.
+        slow = [
+            ("\\boxed{1000000!}", "3"),
+            ("\\boxed{\\binom{999999}{499999}}", "2"),
+            ("\\boxed{\\sum_{n=1}^{999} n^{999}}", "5"),
+            ("\\boxed{(x+1)^{999}}", "x^{999}+1"),
+        ]
+        ordinary = [("\\boxed{7}", "7"), ("\\boxed{8}", "7")]
+        assert pool.score(ordinary) == [1.0, 0.0]
+        start = time.perf_counter()
+        scores = pool.score(slow, answer_timeout=0.05)
+        assert scores == [0.0] * len(slow) and pool.timeouts == len(slow)
+        assert time.perf_counter() - start < 2  # 4 x 2 s unbounded
+        pool.timeouts = 0
+        start = time.perf_counter()
+        scores = pool.score(slow * 4, answer_timeout=30, batch_budget=0.2)
+        assert time.perf_counter() - start < 5  # the batch returns at its budget, not when sympy finishes
+        assert scores == [0.0] * len(slow) * 4 and pool.timeouts == len(slow) * 4
+        assert pool.score(ordinary) == [1.0, 0.0]  # a fresh pool after the stuck one was replaced
+    finally:
+        pool.close()
+
+
+def test_math_reward_workers_are_validated():
+    from trl_grpo_ext.rewards import set_math_reward_workers
+    from trl_grpo_ext.rewards.pool import MathScorerPool
+
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="workers"):
+            set_math_reward_workers(bad)
+        with pytest.raises(ValueError, match="workers"):
+            MathScorerPool(bad)

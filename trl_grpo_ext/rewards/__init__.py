@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import testbed, testkit
 from ..core.registry import Registry
-from .math import boxed_format_reward, math_accuracy_reward
+from .math import boxed_format_reward, math_accuracy_reward, set_math_reward_workers
 
 #: Outcome reward functions (TRL signature: one float or None per completion).
 REWARD_FUNCS = Registry("reward_func")
@@ -19,4 +19,10 @@ REWARD_FUNCS.register("exact_match")(testkit.exact_match_reward)
 REWARD_FUNCS.register("digit_fraction")(testkit.digit_fraction_reward)
 STEP_REWARD_FUNCS.register("arithmetic_steps")(testkit.arithmetic_step_reward)
 
-__all__ = ["REWARD_FUNCS", "STEP_REWARD_FUNCS", "boxed_format_reward", "math_accuracy_reward"]
+__all__ = [
+    "REWARD_FUNCS",
+    "STEP_REWARD_FUNCS",
+    "boxed_format_reward",
+    "math_accuracy_reward",
+    "set_math_reward_workers",
+]

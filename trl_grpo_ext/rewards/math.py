@@ -2,14 +2,18 @@
 
 Model output is never executed or ``eval``-ed. Before anything reaches sympy (through math-verify) the completion is
 cut to its last ``MAX_TAIL_CHARS`` characters and screened: exponent towers, giant integers and deep nesting are scored
-0.0 at once (a policy that learns to emit ``9**9**9**9`` must not stall training). math-verify's own timeouts bound
-the rest when it runs in the main thread (they use ``signal.alarm``); the screen bounds it everywhere.
+0.0 at once (a policy that learns to emit ``9**9**9**9`` must not stall training). math-verify's own timeouts use
+``signal.alarm`` and only work in a process's main thread, so :func:`math_accuracy_reward` scores in the calling thread
+only when that is the main thread and one worker is asked for; otherwise (any other thread, or several workers) it
+scores in worker processes with a per-answer and a per-batch time bound (:mod:`trl_grpo_ext.rewards.pool`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import threading
 
 logger = logging.getLogger(__name__)
 
@@ -81,21 +85,25 @@ def gold_answer(solution: str) -> str:
     return boxed if boxed is not None else solution.strip()
 
 
-def _parse(text: str):
+def _parse(text: str, timeout_seconds: int | None):
     from math_verify import parse
 
-    return parse(text, parsing_timeout=TIMEOUT_SECONDS)
+    return parse(text, parsing_timeout=timeout_seconds)
 
 
-def math_accuracy(completion: str, gold: str) -> float | None:
-    """1.0 when the completion's final answer equals ``gold`` (math-verify), 0.0 otherwise; None if gold is unusable."""
+def math_accuracy(completion: str, gold: str, *, timeout_seconds: int | None = TIMEOUT_SECONDS) -> float | None:
+    """1.0 when the completion's final answer equals ``gold`` (math-verify), 0.0 otherwise; None if gold is unusable.
+
+    ``timeout_seconds`` bounds math-verify's parsing and comparison with ``signal.alarm`` (main thread only); None
+    turns those timers off, for a caller that bounds the whole call itself (the worker pool).
+    """
     from math_verify import verify
 
     mv_logger = logging.getLogger("math_verify")
     previous = mv_logger.level
     mv_logger.setLevel(logging.CRITICAL)  # it logs whole inputs on timeouts
     try:
-        gold_parsed = _parse(f"${gold}$") if screen(gold) is None else []
+        gold_parsed = _parse(f"${gold}$", timeout_seconds) if screen(gold) is None else []
         if not gold_parsed:
             return None
         tail = completion[-MAX_TAIL_CHARS:]
@@ -103,8 +111,8 @@ def math_accuracy(completion: str, gold: str) -> float | None:
         candidate = tail if candidate is None else f"${candidate}$"
         if screen(candidate) is not None:
             return 0.0
-        answer = _parse(candidate)
-        return 1.0 if answer and verify(gold_parsed, answer, timeout_seconds=TIMEOUT_SECONDS) else 0.0
+        answer = _parse(candidate, timeout_seconds)
+        return 1.0 if answer and verify(gold_parsed, answer, timeout_seconds=timeout_seconds) else 0.0
     except Exception as error:  # math-verify / sympy on adversarial input: score 0, never crash training
         logger.debug("math_accuracy: %s on %r", type(error).__name__, completion[-80:])
         return 0.0
@@ -121,7 +129,35 @@ def math_accuracy_reward(completions, solution=None, answer=None, **kwargs) -> l
     references = solution if solution is not None else answer
     if references is None:
         raise ValueError("math_accuracy_reward needs a 'solution' or 'answer' column in the dataset.")
-    return [math_accuracy(_text(c), gold_answer(r)) for c, r in zip(completions, references, strict=True)]
+    pairs = [(_text(c), gold_answer(r)) for c, r in zip(completions, references, strict=True)]
+    workers = math_reward_workers()
+    if workers == 1 and threading.current_thread() is threading.main_thread():
+        return [math_accuracy(completion, gold) for completion, gold in pairs]  # math-verify's own timeouts work here
+    from .pool import shared_pool
+
+    return shared_pool(workers).score(pairs)
+
+
+_workers: int | None = None
+
+
+def set_math_reward_workers(workers: int | None) -> None:
+    """Processes that score :func:`math_accuracy_reward`. ``1``: in the calling thread when it is the main thread (a
+    single worker process otherwise); ``N > 1``: a persistent pool of N processes; ``None`` (default): this machine's
+    cores divided among the local training processes (``LOCAL_WORLD_SIZE``)."""
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"math reward workers={workers!r}: must be None or an integer >= 1 (1: serial).")
+    global _workers
+    _workers = workers
+
+
+def math_reward_workers() -> int:
+    """The number of scoring processes :func:`math_accuracy_reward` uses now (see :func:`set_math_reward_workers`)."""
+    if _workers is not None:
+        return _workers
+    from .pool import default_workers
+
+    return max(1, default_workers() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
 
 def boxed_format_reward(completions, **kwargs) -> list[float]:

@@ -1,0 +1,63 @@
+"""Speed of ``math_accuracy_reward`` on a GRPO-sized batch: serial vs. worker processes, ordinary and hostile answers.
+
+    python benchmarks/math_reward_speed.py --completions 1024 --workers 1 2
+
+Ordinary: about 500 characters of reasoning then a ``\\boxed{}`` answer (half right) against a ``\\frac`` reference.
+Hostile: 64 completions that are slow for sympy yet pass the screen (``(x+1)^{999}``, ``\\binom{999999}{499999}``,
+nested integrals, long sums). ``workers 1`` is the serial path in the main thread; ``N > 1`` a persistent pool
+(timed after a warm-up call that starts it). Median of 3 repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from diversity_speed import timed
+
+from trl_grpo_ext.rewards.math import math_accuracy_reward, set_math_reward_workers
+from trl_grpo_ext.rewards.pool import shared_pool
+
+HOSTILE = [
+    "\\boxed{(x+1)^{999}}",
+    "\\boxed{\\binom{999999}{499999}}",
+    "\\boxed{\\int_0^1 x^{x^{x}} dx}",
+    "\\boxed{\\sum_{n=1}^{999} n^{999}}",
+    "\\boxed{" + "\\frac{1}{" * 14 + "2" + "}" * 14 + "}",
+    "\\boxed{1000000!}",
+]
+
+
+def ordinary(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    completions, solutions = [], []
+    for i in range(n):
+        a, b = rng.randint(1, 9), rng.randint(2, 9)
+        answer = f"\\frac{{{a}}}{{{b}}}" if i % 2 == 0 else f"\\frac{{{a + 1}}}{{{b}}}"
+        completions.append("Let us think step by step. " * 19 + f"So the result is \\boxed{{{answer}}}.")
+        solutions.append(f"The answer is $\\boxed{{\\frac{{{a}}}{{{b}}}}}$")
+    return completions, solutions
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--completions", type=int, default=1024)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    completions, solutions = ordinary(args.completions)
+    hostile = [HOSTILE[i % len(HOSTILE)] for i in range(64)]
+    print(f"{'workers':>8} {'ordinary s':>11} {'hostile (64) s':>15} {'timeouts':>9} {'accuracy':>9}")
+    for workers in args.workers:
+        set_math_reward_workers(workers)
+        math_accuracy_reward(completions[:8], solution=solutions[:8])  # start the pool
+        scores = []
+        ordinary_s = timed(lambda s=scores: s.append(math_accuracy_reward(completions, solution=solutions)), 3)
+        before = shared_pool(workers).timeouts if workers > 1 else 0
+        hostile_s = timed(lambda: math_accuracy_reward(hostile, solution=["#### 42"] * 64), 1)
+        timeouts = (shared_pool(workers).timeouts - before) if workers > 1 else "n/a"
+        accuracy = sum(s or 0.0 for s in scores[-1]) / len(scores[-1])
+        print(f"{workers:>8} {ordinary_s:>11.2f} {hostile_s:>15.2f} {timeouts!s:>9} {accuracy:>9.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

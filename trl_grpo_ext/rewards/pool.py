@@ -1,0 +1,169 @@
+"""Math answers scored in worker processes: correct from any thread, parallel, and bounded in time.
+
+math-verify bounds its parsing with ``signal.alarm``, which only works in a process's main thread: called from a worker
+thread (a thread pool, ``asyncio.to_thread``, an async reward wrapper) it used to fail on every answer, and the reward
+silently scored correct answers 0.0. Here every score is computed in the main thread of a worker process, so the
+bounds hold wherever the reward is called from:
+
+- **per answer**: an interval timer in the worker stops one answer after ``answer_timeout`` seconds (score 0.0, counted
+  as a timeout);
+- **per batch**: the caller waits at most ``batch_budget`` seconds; answers not scored by then score 0.0 (timeouts) and
+  the pool is replaced (a worker stuck in C code cannot block training).
+
+The pool is persistent (started on first use with the ``spawn`` method, safe with CUDA; ``fork`` when the main
+program is not a re-importable file), keeps the order of the batch
+and the ``None`` of unusable references, and is rebuilt after a worker crash. Nothing from a completion is executed:
+workers only run the screen and math-verify, as the serial path does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+logger = logging.getLogger(__name__)
+
+#: Seconds one answer may take in a worker (ordinary answers: about 10 ms; hostile ones up to 3 s unbounded).
+ANSWER_TIMEOUT_SECONDS = 1.0
+#: Seconds one batch may take; its unscored answers then score 0.0.
+BATCH_BUDGET_SECONDS = 60.0
+
+
+class _AnswerTimeout(BaseException):  # not an Exception: math_accuracy's fallback must not swallow it
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise _AnswerTimeout
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
+
+
+def _score_chunk(pairs: list[tuple[str, str]], answer_timeout: float) -> list[tuple[float | None, bool]]:
+    """In a worker's main thread: (score, timed out) per (completion, gold)."""
+    from .math import math_accuracy
+
+    out = []
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    try:
+        for completion, gold in pairs:
+            signal.setitimer(signal.ITIMER_REAL, answer_timeout)
+            try:
+                # math-verify's own alarms would reset this timer: the interval timer is the only bound here.
+                score, timed_out = math_accuracy(completion, gold, timeout_seconds=None), False
+                signal.setitimer(signal.ITIMER_REAL, 0)  # inside the try: an alarm that beats it is a timeout
+            except _AnswerTimeout:
+                score, timed_out = 0.0, True
+            out.append((score, timed_out))
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return out
+
+
+def _start_method() -> str:
+    """``spawn`` (a fresh interpreter: safe with CUDA and threads), unless the main program is not a file it can
+    re-import (code read from stdin), where only ``fork`` can start workers."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file is not None and not os.path.exists(main_file) and "fork" in multiprocessing.get_all_start_methods():
+        return "fork"
+    return "spawn"
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class MathScorerPool:
+    """A persistent pool of ``workers`` processes scoring (completion, gold) pairs with :func:`math_accuracy`."""
+
+    def __init__(self, workers: int):
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ValueError(f"math reward workers={workers!r}: must be an integer >= 1 (e.g. the number of cores).")
+        self.workers = workers
+        self._pool = None
+        self._lock = threading.Lock()
+        self.timeouts = 0  # answers scored 0.0 because a bound expired, since the pool was made
+
+    def _get(self):
+        with self._lock:
+            if self._pool is None:
+                context = multiprocessing.get_context(_start_method())
+                self._pool = context.Pool(self.workers, initializer=_worker_init)
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+    def score(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        *,
+        answer_timeout: float | None = None,
+        batch_budget: float | None = None,
+    ) -> list[float | None]:
+        """Scores in the order of ``pairs``; the bounds default to the module's ``ANSWER_TIMEOUT_SECONDS`` and
+        ``BATCH_BUDGET_SECONDS`` (read at call time, so a user may change them)."""
+        answer_timeout = ANSWER_TIMEOUT_SECONDS if answer_timeout is None else answer_timeout
+        batch_budget = BATCH_BUDGET_SECONDS if batch_budget is None else batch_budget
+        if not pairs:
+            return []
+        pool = self._get()
+        size = max(1, -(-len(pairs) // (4 * self.workers)))  # about 4 chunks per worker: balance vs. messages
+        chunks = [list(pairs[i : i + size]) for i in range(0, len(pairs), size)]
+        pending = [pool.apply_async(_score_chunk, (chunk, answer_timeout)) for chunk in chunks]
+        deadline = time.monotonic() + batch_budget
+        scores: list[float | None] = []
+        timeouts, broken = 0, False
+        for chunk, result in zip(chunks, pending, strict=True):
+            try:
+                if broken:
+                    raise multiprocessing.TimeoutError
+                for score, timed_out in result.get(timeout=max(0.0, deadline - time.monotonic())):
+                    scores.append(score)
+                    timeouts += timed_out
+            except multiprocessing.TimeoutError:
+                broken = True
+                scores.extend([0.0] * len(chunk))
+                timeouts += len(chunk)
+        if broken:  # a stuck or dead worker: start afresh next batch rather than wait for it
+            logger.warning("Math reward batch over its %.0f s budget: the pool is restarted.", batch_budget)
+            self.close()
+        if timeouts:
+            self.timeouts += timeouts
+            logger.warning("math_accuracy: %d of %d answers hit a time bound and scored 0.0.", timeouts, len(pairs))
+        return scores
+
+
+_POOLS: dict[int, MathScorerPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(workers: int) -> MathScorerPool:
+    """The process-wide pool of ``workers`` processes (made on first use, closed at exit)."""
+    with _POOLS_LOCK:
+        if workers not in _POOLS:
+            _POOLS[workers] = MathScorerPool(workers)
+        return _POOLS[workers]
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_POOLS.values()):
+        pool.close()
