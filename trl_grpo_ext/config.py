@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 import warnings
 from dataclasses import dataclass, field
 from typing import Literal
@@ -16,6 +18,35 @@ PERCENT_TRAP_RATIO = 0.05
 
 def _fail(field_name: str, value, problem: str, fix: str) -> None:
     raise ValueError(f"GRPOExtConfig.{field_name}={value!r}: {problem}. Fix: {fix}")
+
+
+def _type_name(annotation) -> str:
+    """``"float"``, ``"int|None"``, ``"list[int]"``, ...: a field's type, whether still the annotation string or already
+    resolved (transformers' argument parser replaces ``field.type`` with the resolved type in place)."""
+    if isinstance(annotation, str):
+        return annotation.replace(" ", "")
+    args = typing.get_args(annotation)
+    if annotation in (int, float, bool, str):
+        return annotation.__name__
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return "|".join(names) + ("|None" if type(None) in args else "")
+    if typing.get_origin(annotation) is list and args:
+        return f"list[{_type_name(args[0])}]"
+    return str(annotation).replace(" ", "")
+
+
+def _check_number(field_name: str, value, *, integer: bool = False, whole=None) -> None:
+    """``value`` is a finite int (or float when not ``integer``); booleans and strings are refused."""
+    shown = value if whole is None else whole
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        hint = " (a YAML value in quotes is a string: drop the quotes)" if isinstance(value, str) else ""
+        _fail(field_name, shown, f"must be {'an integer' if integer else 'a number'}{hint}", "write a plain number")
+    if integer and not isinstance(value, int):
+        problem = "must hold integers" if whole is not None else "must be an integer"
+        _fail(field_name, shown, problem, "write whole numbers")
+    if not math.isfinite(value):
+        _fail(field_name, shown, "must be finite", "write a finite number")
 
 
 @dataclass
@@ -355,12 +386,47 @@ class GRPOExtConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_numbers()
         self._check_switches()
         self._check_prm()
         self._check_token_clip()
         self._check_kl_control()
         self._check_monitor()
         self._check_aepo()
+
+    def _check_numbers(self) -> None:
+        """Every numeric extension field is a finite number of its type (not a string from YAML, not a boolean, not
+        NaN / inf), and TRL's `beta` and `reward_weights`, which the families read, are finite too."""
+        trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        for f in dataclasses.fields(self):
+            if f.name in trl_fields:
+                continue
+            kind = _type_name(f.type)
+            value = getattr(self, f.name)
+            if kind in ("float", "int", "float|None", "int|None"):
+                # transformers' parser strips `| None` from field.type in place: a None default says it too.
+                if value is None and (kind.endswith("|None") or f.default is None):
+                    continue
+                _check_number(f.name, value, integer=kind.startswith("int"))
+            elif kind == "list[int]":
+                if not isinstance(value, (list, tuple)):
+                    _fail(f.name, value, "must be a list of integers", f"e.g. {f.name}=[1, 2]")
+                for item in value:
+                    _check_number(f.name, item, integer=True, whole=value)
+        _check_number("beta", self.beta)
+        if self.beta < 0:
+            _fail("beta", self.beta, "must be >= 0 (a KL coefficient)", "e.g. beta=0.04, or 0 for no KL term")
+        for weight in self.reward_weights or []:
+            _check_number("reward_weights", weight, whole=self.reward_weights)
+        for name, low, high, example in (
+            ("collapse_entropy_min", 0.0, None, 0.1),
+            ("collapse_repetition_max", 0.0, 1.0, 0.5),
+            ("diversity_low_entropy_threshold", 0.0, None, 0.1),
+        ):
+            value = getattr(self, name)
+            if value is not None and (value < low or (high is not None and value > high)):
+                bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+                _fail(name, value, f"must lie in {bounds}", f"e.g. {name}={example}")
 
     # The registries hold the valid names (built-ins and user-registered variants).
     def _check_switches(self) -> None:

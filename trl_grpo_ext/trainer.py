@@ -30,6 +30,7 @@ from trl import GRPOTrainer
 
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import GRPOExtConfig
+from .core.advantages import MAX_ABS_REWARD
 from .core.diversity import pass_at_k
 from .families import (
     ADVANTAGE_ESTIMATORS,
@@ -217,6 +218,14 @@ class GRPOExtTrainer(GRPOTrainer):
             raise ValueError(
                 f"Reward function(s) {bad} returned an infinite reward. Rewards must be finite floats; return None "
                 "for a completion that cannot be scored (it then gets advantage 0), or clip the reward."
+            )
+        huge = rewards_per_func.abs() > MAX_ABS_REWARD  # NaN compares False: None rewards pass
+        if huge.any():
+            bad = sorted({self.reward_func_names[j] for j in huge.nonzero()[:, 1].tolist()})
+            raise ValueError(
+                f"Reward function(s) {bad} returned a reward above {MAX_ABS_REWARD:g} in absolute value "
+                f"(largest {rewards_per_func[huge].abs().max().item():.3g}): the group statistics (float32) would "
+                "overflow and every advantage would silently be 0. Rescale the reward (e.g. divide it by its scale)."
             )
         self._ext_rewards_per_func = rewards_per_func
         self._ext_reward_call = dict(

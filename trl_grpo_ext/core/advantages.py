@@ -11,6 +11,10 @@ from typing import Literal
 
 import torch
 
+#: Largest |reward| (outcome or step) accepted. Group statistics run in float32, where the squares of rewards of about
+#: 1e19 overflow: the std becomes inf and every advantage silently 0. Above this bound a reward is refused; rescale it.
+MAX_ABS_REWARD = 1e15
+
 StdKind = Literal["sample", "population"]
 ScaleKind = Literal["group", "batch", "none"]
 

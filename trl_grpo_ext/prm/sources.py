@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ..core.advantages import MAX_ABS_REWARD
+
 
 def _text(message) -> str:
     if isinstance(message, list):  # conversational: the last message's content
@@ -55,6 +57,12 @@ def call_step_function(
                 raise ValueError(
                     f"Step reward source '{name}' returned an infinite score for completion {i}; return finite floats "
                     "or None for an unscorable step."
+                )
+            if abs(value) > MAX_ABS_REWARD:
+                raise ValueError(
+                    f"Step reward source '{name}' returned {value:.3g} for completion {i}, above {MAX_ABS_REWARD:g} in "
+                    "absolute value: the group statistics (float32) would overflow and every advantage would be 0. "
+                    "Rescale the step scores."
                 )
             row.append(value)
         result.append(row)

@@ -1,0 +1,156 @@
+"""Bad inputs, table-driven (issue 16): each row is one hostile or mistaken value and the class of answer it gets.
+
+Rows of ``CONFIG_ERRORS``: a clear ``ValueError`` whose message names ``GRPOExtConfig.<field>=`` and says ``Fix:``.
+A new field or family adds rows here.
+"""
+
+import math
+
+import pytest
+import yaml
+from trl import TrlParser
+
+from trl_grpo_ext import GRPOExtConfig
+
+BASE = dict(
+    output_dir="unused", use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=8, num_generations=4
+)
+NAN, INF = float("nan"), float("inf")
+ADAPTIVE = dict(kl_control="adaptive", beta=0.04)
+AEPO = dict(entropy_control="aepo")
+KL_COV = dict(token_clip="kl_cov", num_iterations=2)
+
+# (field named in the error, overrides)
+CONFIG_ERRORS = [
+    # non-finite numbers
+    ("kl_beta_max", dict(ADAPTIVE, kl_beta_max=INF)),
+    ("kl_beta_min", dict(ADAPTIVE, kl_beta_min=NAN)),
+    ("kl_target", dict(ADAPTIVE, kl_target=NAN)),
+    ("kl_horizon", dict(ADAPTIVE, kl_horizon=INF)),
+    ("kl_diversity_target", dict(kl_control="diversity", beta=0.04, kl_diversity_target=NAN)),
+    ("aepo_temperature_high", dict(AEPO, aepo_temperature_high=INF)),
+    ("aepo_adv_threshold", dict(AEPO, aepo_adv_threshold=NAN)),
+    ("aepo_target_entropy", dict(AEPO, aepo_target_entropy=NAN)),
+    ("aepo_coef", dict(AEPO, aepo_coef=INF)),
+    ("collapse_entropy_min", dict(diversity_metrics=["entropy"], collapse_entropy_min=NAN)),
+    ("collapse_entropy_min", dict(diversity_metrics=["entropy"], collapse_entropy_min=-INF)),
+    ("collapse_distinct2_drop", dict(diversity_metrics=["distinct"], collapse_distinct2_drop=NAN)),
+    ("eval_pass_threshold", dict(eval_pass_at_k=[1], eval_pass_threshold=NAN)),
+    ("diversity_low_entropy_threshold", dict(diversity_low_entropy_threshold=NAN)),
+    ("clip_cov_lb", dict(token_clip="clip_cov", clip_cov_lb=NAN)),
+    ("clip_cov_ub", dict(token_clip="clip_cov", clip_cov_ub=INF)),
+    ("kl_cov_coef", dict(KL_COV, kl_cov_coef=NAN)),
+    ("prm_outcome_coef", dict(prm_outcome_coef=INF)),
+    ("reward_weights", dict(reward_weights=[NAN])),
+    ("reward_weights", dict(reward_weights=[INF])),
+    ("beta", dict(beta=NAN)),
+    # out of range
+    ("beta", dict(beta=-0.1)),
+    ("collapse_repetition_max", dict(diversity_metrics=["repetition"], collapse_repetition_max=-1.0)),
+    ("collapse_repetition_max", dict(diversity_metrics=["repetition"], collapse_repetition_max=1.5)),
+    ("collapse_entropy_min", dict(diversity_metrics=["entropy"], collapse_entropy_min=-0.5)),
+    ("collapse_distinct2_drop", dict(diversity_metrics=["distinct"], collapse_distinct2_drop=1.5)),
+    ("diversity_low_entropy_threshold", dict(diversity_low_entropy_threshold=-1.0)),
+    ("aepo_temperature_low", dict(AEPO, aepo_temperature_low=0.0)),
+    ("aepo_max_samples", dict(AEPO, aepo_max_samples=0)),
+    ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=0.0)),
+    ("kl_cov_ratio", dict(KL_COV, kl_cov_ratio=2.0)),
+    ("kl_diversity_n", dict(kl_control="diversity", beta=0.04, kl_diversity_n=0)),
+    ("diversity_repetition_n", dict(diversity_metrics=["repetition"], diversity_repetition_n=0)),
+    ("diversity_ngram_sizes", dict(diversity_metrics=["distinct"], diversity_ngram_sizes=[0])),
+    ("eval_pass_at_k", dict(eval_pass_at_k=[0])),
+    ("prm_batch_size", dict(advantage_estimator="prm", prm_batch_size=0)),
+    # wrong types: booleans, strings (a quoted YAML value), floats where integers belong
+    ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=True)),
+    ("kl_cov_coef", dict(KL_COV, kl_cov_coef=True)),
+    ("kl_target", dict(ADAPTIVE, kl_target="0.1")),
+    ("aepo_max_samples", dict(AEPO, aepo_max_samples=2.5)),
+    ("diversity_ngram_sizes", dict(diversity_metrics=["distinct"], diversity_ngram_sizes=[1.5])),
+    ("diversity_ngram_sizes", dict(diversity_metrics=["distinct"], diversity_ngram_sizes=[True])),
+    ("kl_horizon", dict(ADAPTIVE, kl_horizon="long")),
+    # unknown switch values
+    ("token_clip", dict(token_clip="clip_cow")),
+    ("sample_filter", dict(sample_filter="best")),
+    ("kl_control", dict(kl_control="pid")),
+    ("entropy_control", dict(entropy_control="bonus")),
+    ("advantage_estimator", dict(advantage_estimator="gae")),
+    ("ext_resume_state", dict(ext_resume_state="skip")),
+]
+
+
+@pytest.mark.parametrize("field, overrides", CONFIG_ERRORS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(CONFIG_ERRORS)])
+def test_bad_config_value_is_a_clear_error(field, overrides):
+    with pytest.raises(ValueError) as info:
+        GRPOExtConfig(**{**BASE, **overrides})
+    message = str(info.value)
+    assert f"GRPOExtConfig.{field}=" in message and "Fix:" in message, message
+
+
+def test_quoted_yaml_number(tmp_path):
+    """Through TrlParser a quoted YAML number is converted by the field's type; built directly, it is named."""
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **ADAPTIVE, "kl_target": "0.1"}))
+    (args,) = TrlParser((GRPOExtConfig,)).parse_args_and_config(["--config", str(path)])
+    assert args.kl_target == 0.1 and isinstance(args.kl_target, float)
+    with pytest.raises(ValueError, match=r"GRPOExtConfig\.kl_target='0\.1'.*drop the quotes"):
+        GRPOExtConfig(**{**BASE, **ADAPTIVE, "kl_target": "0.1"})
+
+
+def test_every_numeric_extension_field_refuses_nan():
+    """Sweep: a new numeric field is covered without a new row (NaN is never a valid setting)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    from trl_grpo_ext.config import _type_name
+
+    TrlParser((GRPOExtConfig,))  # resolves field.type in place: the check must not depend on it being a string
+    numeric = [
+        f.name
+        for f in dataclasses.fields(GRPOExtConfig)
+        if f.name not in trl_fields and _type_name(f.type) in ("float", "float|None")
+    ]
+    assert len(numeric) >= 20, numeric
+    for name in numeric:
+        with pytest.raises(ValueError, match=rf"GRPOExtConfig\.{name}=nan"):
+            GRPOExtConfig(**{**BASE, name: math.nan})
+
+
+# ------------------------------------------------------------------ reward outputs at run time
+def _huge(completions, **kwargs):
+    return [1e20 if i % 2 else 0.0 for i in range(len(completions))]
+
+
+def _huge_steps(prompts, completions, steps, **kwargs):
+    return [[-1e20] * len(s) for s in steps]
+
+
+# (what the error says, make_trainer keyword arguments); each used to train silently with every advantage 0
+REWARD_ERRORS = [
+    (r"\['_huge'\] returned a reward above 1e\+15", dict(reward_funcs=[_huge])),
+    (
+        r"'_huge_steps' returned -1e\+20 for completion 0, above 1e\+15",
+        dict(advantage_estimator="prm", max_completion_length=8, trainer_kwargs={"step_reward_funcs": [_huge_steps]}),
+    ),
+]
+
+
+@pytest.mark.parametrize("message, kwargs", REWARD_ERRORS, ids=["outcome", "step"])
+def test_reward_that_would_overflow_the_group_statistics_is_refused(make_trainer, message, kwargs):
+    trainer = make_trainer(max_steps=1, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        trainer.train()
+
+
+def test_large_finite_rewards_still_train():
+    """The bound sits far above realistic scales: 1e6-scale rewards give the same advantages as 1-scale ones."""
+    import torch
+
+    from trl_grpo_ext.core import group_relative_advantages
+
+    rewards = torch.tensor([0.0, 1.0, 0.5, 1.0])
+    scaled = group_relative_advantages(rewards * 1e6, group_size=4, eps=0.0)  # eps aside, the scale cancels
+    torch.testing.assert_close(scaled, group_relative_advantages(rewards, group_size=4, eps=0.0))
+    huge = group_relative_advantages(rewards * 1e20, group_size=4)  # what the bound prevents: silent zeros
+    assert not huge.any()
