@@ -154,3 +154,110 @@ def test_large_finite_rewards_still_train():
     torch.testing.assert_close(scaled, group_relative_advantages(rewards, group_size=4, eps=0.0))
     huge = group_relative_advantages(rewards * 1e20, group_size=4)  # what the bound prevents: silent zeros
     assert not huge.any()
+
+
+# ------------------------------------------------------------------ step reward sources (PRM), called directly
+def _source(result):
+    def source(prompts, completions, steps, **kwargs):
+        if isinstance(result, Exception):
+            raise result
+        return result() if callable(result) else result
+
+    return source
+
+
+STEPS = [["a", "b"], ["c"]]
+# (what the error says, what the source returns or raises); before, raw TypeError / KeyError naming nothing
+STEP_ERRORS = [
+    (RuntimeError, r"'src' raised KeyError: 'x'", KeyError("x")),
+    (ValueError, r"'src' returned float 0\.5\. Return one list per completion", 0.5),
+    (ValueError, r"'src' returned 3 lists for 2 completions", "abc"),
+    (ValueError, r"'src' returned str 'ab' for completion 0", ["ab", [1.0]]),
+    (ValueError, r"'src' returned float 1\.0 for completion 0", [1.0, [1.0]]),
+    (ValueError, r"'src' returned 'high' as a step score of completion 0", [["high", 0.0], [1.0]]),
+    (ValueError, r"'src' returned \[1\.0\] as a step score of completion 1", [[1.0, 0.0], [[1.0]]]),
+    (ValueError, r"'src' returned True as a step score of completion 0", [[True, 0.0], [1.0]]),
+    (ValueError, r"'src' returned None for 2 completions", None),
+]
+
+
+@pytest.mark.parametrize("error, message, result", STEP_ERRORS, ids=[str(i) for i in range(len(STEP_ERRORS))])
+def test_bad_step_reward_output_is_named(error, message, result):
+    from trl_grpo_ext.prm import call_step_function
+
+    with pytest.raises(error, match=message):
+        call_step_function(_source(result), "src", ["p", "p"], ["x", "y"], STEPS)
+
+
+def test_step_scores_as_generators_tensors_and_numpy_are_accepted():
+    import numpy as np
+    import torch
+
+    from trl_grpo_ext.prm import call_step_function
+
+    expected = [[1.0, 0.0], [0.5]]
+    for result in (
+        lambda: (row for row in expected),  # a generator of rows
+        [torch.tensor([1.0, 0.0]), np.array([0.5])],  # tensors / arrays per completion
+        [[torch.tensor(1.0), np.float32(0.0)], [np.float64(0.5)]],  # 0-d tensors and numpy scalars
+    ):
+        assert call_step_function(_source(result), "src", ["p", "p"], ["x", "y"], STEPS) == expected
+
+
+def test_step_reward_source_given_by_name_is_named(make_trainer):
+    with pytest.raises(TypeError, match=r"step_reward_funcs\[0\]='arithmetic_steps' is not callable"):
+        make_trainer(advantage_estimator="prm", trainer_kwargs={"step_reward_funcs": ["arithmetic_steps"]})
+
+
+# ------------------------------------------------------------------ diversity metrics at the edges
+def _batch(rows):
+    import torch
+
+    width = max(1, max((len(r) for r in rows), default=1))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+def _diversity_calls():
+    from trl_grpo_ext.core import diversity as d
+
+    two = _batch([[1, 2, 3], [1, 2, 4]])
+    three = _batch([[1, 2], [3, 4], [5, 6]])
+    return [
+        # (what the error names, call); before: 0.8 for n=0, NaN for max_n=0, raw errors or silent ragged groups
+        ("repetition_rate: n must be an integer >= 1", lambda: d.repetition_rate([1, 2, 3, 1, 2], 0)),
+        ("repetition_rates: n must be an integer >= 1", lambda: d.repetition_rates(*two, 0)),
+        ("distinct_n: n must be an integer >= 1", lambda: d.distinct_n([[1, 2]], 0)),
+        ("distinct_n_batch: n must be an integer >= 1", lambda: d.distinct_n_batch(*two, 1.5)),
+        ("distinct_n_batch: group_size must be an integer >= 1", lambda: d.distinct_n_batch(*two, 2, group_size=0)),
+        ("distinct_n_batch: 3 rows do not split into groups", lambda: d.distinct_n_batch(*three, 2, group_size=2)),
+        ("unique_fraction: group_size must be an integer >= 1", lambda: d.unique_fraction(*two, 0)),
+        ("unique_fraction: 3 rows do not split", lambda: d.unique_fraction(*three, 2)),
+        ("self_bleu: max_n must be an integer >= 1", lambda: d.self_bleu([[1, 2, 3], [1, 2, 4]], max_n=0)),
+        ("self_bleu_batch: max_n must be an integer >= 1", lambda: d.self_bleu_batch(*two, 2, max_n=0)),
+        ("self_bleu_batch: 3 rows do not split", lambda: d.self_bleu_batch(*three, 2)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(11))
+def test_diversity_metric_bad_arguments_are_named(index):
+    message, call = _diversity_calls()[index]
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_diversity_metrics_on_empty_batches_and_strings():
+    import torch
+
+    from trl_grpo_ext.core import diversity as d
+
+    empty = torch.zeros(0, 4, dtype=torch.long), torch.zeros(0, 4, dtype=torch.long)
+    assert d.unique_fraction(*empty, 4) == 0.0 and d.self_bleu_batch(*empty, 4) == 0.0
+    assert d.distinct_n_batch(*empty, 2) == 0.0 and d.repetition_rates(*empty, 2).numel() == 0
+    # strings are sequences of characters, as the module says: the same value as the same tokens as ids
+    assert d.self_bleu(["abcd", "abce"]) == d.self_bleu([[0, 1, 2, 3], [0, 1, 2, 4]]) > 0
+    assert d.self_bleu([["the", "cat"], ["the", "dog"]]) == d.self_bleu([[0, 1], [0, 2]])

@@ -155,6 +155,13 @@ class GRPOExtTrainer(GRPOTrainer):
         if callable(step_reward_funcs):
             step_reward_funcs = [step_reward_funcs]
         self.step_reward_funcs = list(step_reward_funcs or [])
+        for i, source in enumerate(self.step_reward_funcs):
+            if not callable(source):
+                raise TypeError(
+                    f"step_reward_funcs[{i}]={source!r:.80} is not callable. Pass functions (the recipe maps names to "
+                    "functions with trl_grpo_ext.rewards.STEP_REWARD_FUNCS.get(name)); a PRM model goes in "
+                    "GRPOExtConfig.prm_model_name_or_path."
+                )
         self.ext_clock = ExtClock()  # set before super().__init__ so no hook can run without it
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]

@@ -13,11 +13,25 @@ def _ngrams(seq: Sequence, n: int) -> list[tuple]:
     return [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
 
 
+def _check_n(function: str, name: str, n) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{function}: {name} must be an integer >= 1 (an n-gram size), got {n!r}.")
+
+
+def _check_groups(function: str, rows: int, group_size) -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"{function}: group_size must be an integer >= 1, got {group_size!r}.")
+    if rows % group_size:
+        raise ValueError(
+            f"{function}: {rows} rows do not split into groups of group_size={group_size}; pass whole groups "
+            "(consecutive rows of one prompt)."
+        )
+
+
 def distinct_n(sequences: Sequence[Sequence], n: int) -> float:
     """Distinct-N (Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models"):
     distinct n-grams over all sequences / total n-grams over all sequences; 0.0 when there is no n-gram."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}.")
+    _check_n("distinct_n", "n", n)
     total, seen = 0, set()
     for seq in sequences:
         grams = _ngrams(seq, n)
@@ -28,16 +42,20 @@ def distinct_n(sequences: Sequence[Sequence], n: int) -> float:
 
 def repetition_rate(sequence: Sequence, n: int) -> float:
     """Fraction of the n-grams of one sequence that repeat an earlier n-gram of it (loops score near 1)."""
+    _check_n("repetition_rate", "n", n)
     grams = _ngrams(sequence, n)
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-def self_bleu(sequences: Sequence[Sequence[int]], *, max_n: int = 4) -> float:
-    """Self-BLEU of one set of completions (token id lists): mean BLEU of each against all the others.
+def self_bleu(sequences: Sequence[Sequence], *, max_n: int = 4) -> float:
+    """Self-BLEU of one set of completions: mean BLEU of each against all the others.
 
-    See :func:`self_bleu_batch` for the definition; this is its single-group form.
+    Sequences of any hashable tokens (token ids, words) or strings (taken as their characters). See
+    :func:`self_bleu_batch` for the definition; this is its single-group form.
     """
-    sequences = [list(s) for s in sequences]
+    _check_n("self_bleu", "max_n", max_n)
+    vocab: dict = {}
+    sequences = [[vocab.setdefault(token, len(vocab)) for token in s] for s in sequences]
     if len(sequences) < 2:
         return 0.0
     width = max(1, max(len(s) for s in sequences))
@@ -105,6 +123,9 @@ def distinct_n_batch(ids: torch.Tensor, mask: torch.Tensor, n: int, *, group_siz
     With ``group_size``, the mean over groups of consecutive ``group_size`` rows of each group's Distinct-N (how
     different the completions of one prompt are from each other).
     """
+    _check_n("distinct_n_batch", "n", n)
+    if group_size is not None:
+        _check_groups("distinct_n_batch", ids.size(0), group_size)
     codes, valid = ngram_codes(ids, mask, n)
     rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(codes)
     keys = rows[valid] // group_size if group_size else torch.zeros_like(rows[valid])
@@ -120,6 +141,7 @@ def distinct_n_batch(ids: torch.Tensor, mask: torch.Tensor, n: int, *, group_siz
 
 def repetition_rates(ids: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
     """Per row, the fraction of its n-grams that repeat an earlier one of the same row; (B,), 0 without n-grams."""
+    _check_n("repetition_rates", "n", n)
     codes, valid = ngram_codes(ids, mask, n)
     rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(codes)[valid]
     flat = codes[valid]
@@ -133,7 +155,11 @@ def repetition_rates(ids: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Ten
 
 
 def unique_fraction(ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> float:
-    """Mean over groups of (distinct completions / completions): 1/G when a group collapsed to one answer."""
+    """Mean over groups of (distinct completions / completions): 1/G when a group collapsed to one answer; 0.0 for an
+    empty batch."""
+    _check_groups("unique_fraction", ids.size(0), group_size)
+    if ids.size(0) == 0:
+        return 0.0
     lengths = mask.long().sum(1)
     powers = torch.cumprod(torch.full((ids.size(1),), _HASH_BASE, dtype=torch.int64, device=ids.device), 0)
     whole = ((ids.long() + 1) * mask.long() * powers).sum(1) * _HASH_BASE + lengths  # 64-bit hash of each row
@@ -150,7 +176,11 @@ def self_bleu_batch(ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, m
     BLEU (Papineni et al. 2002) with clipped n-gram precisions for n = 1..max_n, add-one smoothing for n > 1 (Lin &
     Och 2004) and the brevity penalty against the closest reference length. Vectorised with sorts and scatters.
     """
+    _check_n("self_bleu_batch", "max_n", max_n)
+    _check_groups("self_bleu_batch", ids.size(0), group_size)
     n_rows = ids.size(0)
+    if n_rows == 0:
+        return 0.0
     lengths = mask.long().sum(1)  # (N,)
     log_precision = torch.zeros(n_rows, device=ids.device)
     member = torch.arange(n_rows, device=ids.device)

@@ -24,6 +24,19 @@ def _text(message) -> str:
     return message
 
 
+def _as_score(score) -> float | None:
+    """A step score as a float (None -> NaN; a 0-d tensor or numpy scalar is a number), or None if it is not one (a
+    string, a boolean, a list)."""
+    if score is None:
+        return math.nan
+    if isinstance(score, (bool, str, bytes)):
+        return None
+    try:
+        return float(score)
+    except (TypeError, ValueError):
+        return None
+
+
 def call_step_function(
     fn: Callable[..., Any], name: str, prompts: list, completions: list, steps: list[list[str]], **kwargs
 ) -> list[list[float]]:
@@ -32,7 +45,17 @@ def call_step_function(
     None for a whole completion means "cannot score any step" (every step NaN). Wrong counts raise a ``ValueError``
     naming the source, the completion and the fix.
     """
-    out = fn(prompts=prompts, completions=completions, steps=steps, **kwargs)
+    shape = "Return one list per completion, one float (or None) per step (steps[i] lists the steps of completion i)"
+    try:
+        out = fn(prompts=prompts, completions=completions, steps=steps, **kwargs)
+    except Exception as error:
+        raise RuntimeError(f"Step reward source '{name}' raised {type(error).__name__}: {error}") from error
+    if out is not None and not isinstance(out, (list, tuple)):
+        try:
+            out = list(out)  # a generator, a tensor, a numpy array
+        except TypeError:
+            kind = type(out).__name__
+            raise ValueError(f"Step reward source '{name}' returned {kind} {out!r:.80}. {shape}.") from None
     if out is None or len(out) != len(steps):
         got = "None" if out is None else f"{len(out)} lists"
         raise ValueError(
@@ -44,6 +67,11 @@ def call_step_function(
         if scores is None:
             result.append([math.nan] * len(completion_steps))
             continue
+        if isinstance(scores, (str, bytes)) or not hasattr(scores, "__len__"):
+            raise ValueError(
+                f"Step reward source '{name}' returned {type(scores).__name__} {scores!r:.80} for completion {i}. "
+                f"{shape}."
+            )
         if len(scores) != len(completion_steps):
             raise ValueError(
                 f"Step reward source '{name}' returned {len(scores)} scores for completion {i}, which has "
@@ -52,7 +80,11 @@ def call_step_function(
             )
         row = []
         for score in scores:
-            value = math.nan if score is None else float(score)
+            value = _as_score(score)
+            if value is None:
+                raise ValueError(
+                    f"Step reward source '{name}' returned {score!r:.80} as a step score of completion {i}. {shape}."
+                )
             if math.isinf(value):
                 raise ValueError(
                     f"Step reward source '{name}' returned an infinite score for completion {i}; return finite floats "
