@@ -60,6 +60,7 @@ CONFIG_ERRORS = [
     ("diversity_ngram_sizes", dict(diversity_metrics=["distinct"], diversity_ngram_sizes=[0])),
     ("eval_pass_at_k", dict(eval_pass_at_k=[0])),
     ("prm_batch_size", dict(advantage_estimator="prm", prm_batch_size=0)),
+    ("prm_causal_bad_token", dict(prm_causal_good_token="+", prm_causal_bad_token="+")),
     # wrong types: booleans, strings (a quoted YAML value), floats where integers belong
     ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=True)),
     ("kl_cov_coef", dict(KL_COV, kl_cov_coef=True)),
@@ -261,3 +262,72 @@ def test_diversity_metrics_on_empty_batches_and_strings():
     # strings are sequences of characters, as the module says: the same value as the same tokens as ids
     assert d.self_bleu(["abcd", "abce"]) == d.self_bleu([[0, 1, 2, 3], [0, 1, 2, 4]]) > 0
     assert d.self_bleu([["the", "cat"], ["the", "dog"]]) == d.self_bleu([[0, 1], [0, 2]])
+
+
+def test_diversity_kl_with_n_longer_than_the_completions_leaves_beta(make_trainer, caplog):
+    """Before: completions shorter than n gave Distinct-N 0, read as collapse, and beta rose every step."""
+    trainer = make_trainer(
+        kl_control="diversity", beta=0.04, kl_diversity_n=50, kl_diversity_target=0.5, kl_horizon=8, max_steps=3
+    )
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    assert "Distinct-50 is undefined" in caplog.text
+    assert trainer.beta == pytest.approx(0.04)
+    logged = [h["kl/diversity"] for h in trainer.state.log_history if "kl/diversity" in h]
+    assert logged and all(v is None or math.isnan(v) for v in logged)  # undefined, not 0
+
+
+# ------------------------------------------------------------------ dataset values the rewards receive
+def test_integer_answer_columns_score_like_strings():
+    """Before: a dataset with an int `answer` column made exact_match / final_answer score 0 on every right answer."""
+    from trl_grpo_ext import testbed, testkit
+
+    assert testkit.exact_match_reward(["12", "13"], answer=[12, 12]) == [1.0, 0.0]
+    assert testkit.final_answer_reward(["5+7=12\n12", "12\n13"], answer=[12, 12]) == [1.0, 0.0]
+    assert testkit.first_char_reward(["12"], answer=[12]) == [0.5]
+    assert testbed.answer_reward(["55"], answer=[55]) == [1.0]
+
+
+def test_missing_math_reference_is_unscorable_not_wrong():
+    """Before: solution=None was parsed as the text 'None' and every completion scored 0.0."""
+    from trl_grpo_ext.rewards import math_accuracy_reward
+
+    assert math_accuracy_reward(["\\boxed{3}", "\\boxed{3}", "\\boxed{3}"], solution=[None, "", "#### 3"]) == [
+        None,
+        None,
+        1.0,
+    ]
+
+
+DATASET_ERRORS = [
+    # (file content, dataset_format, what the error says); before: StopIteration, KeyError, silent int/empty prompts
+    ("", None, "the file is empty"),
+    ('{"q": "1+1?", "a": "2"}\n', "gsm8k", r"dataset_format='gsm8k' needs the column 'question'"),
+    ('{"q": "1+1?", "a": "2"}\n', None, r"A 'plain' dataset row needs 'prompt'"),
+    ('{"prompt": 5, "answer": "5"}\n', None, "row 0 has prompt 5"),
+    ('{"prompt": "  ", "answer": "5"}\n', None, "row 0 has prompt '  '"),
+    ('{"prompt": "fine", "answer": "5"}\n{"prompt": "", "answer": "6"}\n', None, "row 1 has prompt ''"),
+    ("not json at all\n", None, "cannot be read as jsonl"),
+]
+
+
+@pytest.mark.parametrize("content, fmt, message", DATASET_ERRORS, ids=[str(i) for i in range(len(DATASET_ERRORS))])
+def test_bad_dataset_file_is_named(tmp_path, content, fmt, message):
+    from trl_grpo_ext.data import load_math_dataset
+
+    path = tmp_path / "data.jsonl"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_math_dataset(str(path), dataset_format=fmt)
+
+
+def test_missing_local_file_is_not_looked_up_on_the_hub(tmp_path):
+    from trl_grpo_ext.data import load_math_dataset
+
+    with pytest.raises(ValueError, match="no such file"):
+        load_math_dataset(str(tmp_path / "missing.jsonl"))
+    path = tmp_path / "ok.jsonl"
+    path.write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    with pytest.raises(ValueError, match="num_train_examples=0"):
+        load_math_dataset(str(path), num_examples=0)
+    assert load_math_dataset(str(path))["solution"] == ["2"]

@@ -455,6 +455,13 @@ class GRPOExtConfig(GRPOConfig):
             )
 
     def _check_prm(self) -> None:
+        if self.prm_causal_good_token == self.prm_causal_bad_token:
+            _fail(
+                "prm_causal_bad_token",
+                self.prm_causal_bad_token,
+                "equals prm_causal_good_token: every step would score 0.5",
+                "use the PRM's two label tokens, e.g. prm_causal_good_token='+', prm_causal_bad_token='-'",
+            )
         for name, allowed in (
             ("prm_std", ("population", "sample")),
             ("prm_model_type", ("token_classification", "causal_lm")),

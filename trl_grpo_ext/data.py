@@ -85,12 +85,20 @@ def load_math_dataset(
         # Disjoint seeds per split: held-out problems are drawn independently of the training stream.
         split_seed = {"train": seed + 1, "test": 10_000 + seed}.get(split, seed + 2)
         return testkit.multistep_dataset(num_examples or 20_000, seed=split_seed, num_ops=synthetic_num_ops, ops="+")
+    ext = name.rsplit(".", 1)[-1].lower() if "." in os.path.basename(name) else ""
+    builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(ext)
+    if builder is not None and not os.path.isfile(name):
+        raise ValueError(f"dataset_name={name!r}: no such file. Fix the path (relative to {os.getcwd()!r}).")
     if os.path.isfile(name):
-        ext = name.rsplit(".", 1)[-1].lower()
-        builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(ext)
         if builder is None:
             raise ValueError(f"dataset_name={name!r}: local files must be .json, .jsonl, .parquet or .csv.")
-        data = load_dataset(builder, data_files=name, split="train")
+        if os.path.getsize(name) == 0:
+            raise ValueError(f"dataset_name={name!r}: the file is empty. Write one row per problem.")
+        try:
+            data = load_dataset(builder, data_files=name, split="train")
+        except Exception as error:  # datasets wraps parse errors in its own types
+            problem = f"{type(error).__name__}: {error}"
+            raise ValueError(f"dataset_name={name!r}: cannot be read as {ext} ({problem}).") from error
     else:
         if _offline():
             raise RuntimeError(
@@ -105,7 +113,36 @@ def load_math_dataset(
                 f"Could not load dataset {name!r} (config {config!r}, split {split!r}) from the Hugging Face Hub: "
                 f"{error}. Check the network, or pass a local file, or use dataset_name=synthetic."
             ) from error
-    formatter = FORMATTERS.get(dataset_format or KNOWN_DATASETS.get(name, "plain"))
+    if len(data) == 0:
+        raise ValueError(f"dataset_name={name!r} (split {split!r}) has no rows.")
+    fmt = dataset_format or KNOWN_DATASETS.get(name, "plain")
+    formatter = FORMATTERS.get(fmt)
     if num_examples is not None:
+        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 1:
+            raise ValueError(f"num_train_examples={num_examples!r}: must be an integer >= 1 (or unset for all rows).")
         data = data.shuffle(seed=seed).select(range(min(num_examples, len(data))))
-    return data.map(formatter, remove_columns=data.column_names)
+    try:
+        data = data.map(formatter, remove_columns=data.column_names)
+    except KeyError as error:
+        raise ValueError(
+            f"dataset_name={name!r}: dataset_format={fmt!r} needs the column {error}, but the rows have "
+            f"{sorted(data.column_names)}. Set dataset_format to one of {FORMATTERS.names()} or rename the columns."
+        ) from error
+    _check_prompts(data["prompt"], name)
+    return data
+
+
+def _check_prompts(prompts: list, name: str) -> None:
+    """Every prompt is a non-empty string or a non-empty list of chat messages."""
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            ok = bool(prompt.strip())
+        elif isinstance(prompt, list):
+            ok = bool(prompt) and all(isinstance(m, dict) and "content" in m for m in prompt)
+        else:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"dataset_name={name!r}: row {i} has prompt {prompt!r:.80}; a prompt must be a non-empty string or a "
+                "non-empty list of chat messages ({'role': ..., 'content': ...})."
+            )

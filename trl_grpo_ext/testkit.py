@@ -116,13 +116,13 @@ def exact_match_reward(completions, answer, **kwargs) -> list[float]:
     out = []
     for completion, ans in zip(completions, answer, strict=True):
         match = _LEADING_INT.match(_text(completion))
-        out.append(1.0 if match is not None and match.group(1) == ans else 0.0)
+        out.append(1.0 if match is not None and match.group(1) == str(ans).strip() else 0.0)  # int columns too
     return out
 
 
 def first_char_reward(completions, answer, **kwargs) -> list[float]:
     """Shaping reward: 0.5 when the first character of the completion is the first character of the answer."""
-    return [0.5 if _text(c)[:1] == ans[:1] else 0.0 for c, ans in zip(completions, answer, strict=True)]
+    return [0.5 if _text(c)[:1] == str(ans)[:1] else 0.0 for c, ans in zip(completions, answer, strict=True)]
 
 
 def digit_fraction_reward(completions, **kwargs) -> list[float]:
@@ -225,7 +225,7 @@ def final_answer_reward(completions, answer, **kwargs) -> list[float]:
     out = []
     for completion, ans in zip(completions, answer, strict=True):
         lines = [line.strip() for line in _text(completion).split("\n") if line.strip()]
-        out.append(1.0 if lines and lines[-1] == ans else 0.0)
+        out.append(1.0 if lines and lines[-1] == str(ans).strip() else 0.0)  # int columns too
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
@@ -102,9 +103,23 @@ class DiversityKL(_BetaControl):
         if acc.num_processes > 1:
             ids = acc.gather(acc.pad_across_processes(ids, dim=1, pad_index=0))
             mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0))
-        diversity = distinct_n_batch(ids, mask, self.args.kl_diversity_n)
+        n = self.args.kl_diversity_n
         used = self.trainer.beta
-        self.trainer.beta = self.controller.update(diversity, n_steps=ids.size(0))
+        if not bool((mask.sum(1) >= n).any()):
+            # No completion has an n-gram: Distinct-N is undefined here, not 0 (0 would read as collapse and raise
+            # beta). Beta stays; the metric is NaN for this batch.
+            if not getattr(self, "_warned_no_ngrams", False):
+                logger.warning(
+                    "kl_control='diversity': no completion of this batch has %d tokens, so Distinct-%d is undefined "
+                    "and beta is left unchanged. Lower kl_diversity_n or raise max_completion_length.",
+                    n,
+                    n,
+                )
+                self._warned_no_ngrams = True
+            diversity = math.nan
+        else:
+            diversity = distinct_n_batch(ids, mask, n)
+            self.trainer.beta = self.controller.update(diversity, n_steps=ids.size(0))
         self.log_metric("train", "kl/beta", used)
         self.log_metric("train", "kl/diversity", diversity)
         self.log_metric("train", "kl/diversity_target", self.controller.target)

@@ -91,14 +91,17 @@ def _parse(text: str, timeout_seconds: int | None):
     return parse(text, parsing_timeout=timeout_seconds)
 
 
-def math_accuracy(completion: str, gold: str, *, timeout_seconds: int | None = TIMEOUT_SECONDS) -> float | None:
-    """1.0 when the completion's final answer equals ``gold`` (math-verify), 0.0 otherwise; None if gold is unusable.
+def math_accuracy(completion: str, gold: str | None, *, timeout_seconds: int | None = TIMEOUT_SECONDS) -> float | None:
+    """1.0 when the completion's final answer equals ``gold`` (math-verify), 0.0 otherwise; None if gold is missing or
+    unusable (TRL then leaves the completion out of the group statistics).
 
     ``timeout_seconds`` bounds math-verify's parsing and comparison with ``signal.alarm`` (main thread only); None
     turns those timers off, for a caller that bounds the whole call itself (the worker pool).
     """
     from math_verify import verify
 
+    if gold is None or not str(gold).strip():
+        return None
     mv_logger = logging.getLogger("math_verify")
     previous = mv_logger.level
     mv_logger.setLevel(logging.CRITICAL)  # it logs whole inputs on timeouts
@@ -129,7 +132,7 @@ def math_accuracy_reward(completions, solution=None, answer=None, **kwargs) -> l
     references = solution if solution is not None else answer
     if references is None:
         raise ValueError("math_accuracy_reward needs a 'solution' or 'answer' column in the dataset.")
-    pairs = [(_text(c), gold_answer(r)) for c, r in zip(completions, references, strict=True)]
+    pairs = [(_text(c), None if r is None else gold_answer(r)) for c, r in zip(completions, references, strict=True)]
     workers = math_reward_workers()
     if workers == 1 and threading.current_thread() is threading.main_thread():
         return [math_accuracy(completion, gold) for completion, gold in pairs]  # math-verify's own timeouts work here
