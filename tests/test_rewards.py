@@ -155,3 +155,20 @@ def test_math_reward_workers_are_validated():
             set_math_reward_workers(bad)
         with pytest.raises(ValueError, match="workers"):
             MathScorerPool(bad)
+
+
+def test_reward_timeouts_are_logged_by_the_trainer(make_trainer, monkeypatch):
+    from conftest import last_logs
+
+    from trl_grpo_ext.rewards import pool, set_math_reward_workers
+
+    monkeypatch.setattr(pool, "ANSWER_TIMEOUT_SECONDS", 1e-6)  # every answer hits the bound
+    set_math_reward_workers(2)
+    try:
+        trainer = make_trainer(max_steps=2, reward_funcs=[math_accuracy_reward])
+        trainer.train()
+    finally:
+        set_math_reward_workers(None)
+    logs = last_logs(trainer)
+    assert [h["rewards/timeouts"] for h in logs] == [8.0, 8.0]  # 8 completions per step, all stopped
+    assert all(h["rewards/math_accuracy_reward/mean"] == 0.0 for h in logs)

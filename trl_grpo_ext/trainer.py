@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import warnings
 from typing import Any
@@ -154,6 +155,8 @@ class GRPOExtTrainer(GRPOTrainer):
             )
         if callable(step_reward_funcs):
             step_reward_funcs = [step_reward_funcs]
+        pool = sys.modules.get("trl_grpo_ext.rewards.pool")  # timeouts before this trainer are not its own
+        self._ext_reward_timeouts_seen = pool.timeouts_total() if pool is not None else 0
         self.step_reward_funcs = list(step_reward_funcs or [])
         for i, source in enumerate(self.step_reward_funcs):
             if not callable(source):
@@ -234,10 +237,23 @@ class GRPOExtTrainer(GRPOTrainer):
                 f"(largest {rewards_per_func[huge].abs().max().item():.3g}): the group statistics (float32) would "
                 "overflow and every advantage would silently be 0. Rescale the reward (e.g. divide it by its scale)."
             )
+        self._log_reward_timeouts()
         self._ext_rewards_per_func = rewards_per_func
         self._ext_reward_call = dict(
             inputs=inputs, prompts=prompts, completions=completions, completion_ids_list=completion_ids_list
         )
+
+    def _log_reward_timeouts(self) -> None:
+        """``rewards/timeouts``: math answers scored 0.0 by a time bound in this batch (only once the worker pool of
+        :mod:`trl_grpo_ext.rewards.pool` has been used)."""
+        pool = sys.modules.get("trl_grpo_ext.rewards.pool")
+        if pool is None:
+            return
+        total = pool.timeouts_total()
+        seen = self._ext_reward_timeouts_seen
+        self._ext_reward_timeouts_seen = total
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["rewards/timeouts"].append(float(total - seen))
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)

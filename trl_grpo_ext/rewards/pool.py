@@ -11,7 +11,8 @@ bounds hold wherever the reward is called from:
   the pool is replaced (a worker stuck in C code cannot block training).
 
 The pool is persistent (started on first use with the ``spawn`` method, safe with CUDA; ``fork`` when the main
-program is not a re-importable file), keeps the order of the batch
+program is not a re-importable file; as with any spawned worker, a script must keep its top-level work under
+``if __name__ == "__main__":``, as the recipes do), keeps the order of the batch
 and the ``None`` of unusable references, and is rebuilt after a worker crash. Nothing from a completion is executed:
 workers only run the screen and math-verify, as the serial path does.
 """
@@ -56,11 +57,12 @@ def _score_chunk(pairs: list[tuple[str, str]], answer_timeout: float) -> list[tu
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     try:
         for completion, gold in pairs:
-            signal.setitimer(signal.ITIMER_REAL, answer_timeout)
+            # The timer is armed and disarmed inside the try: a one-shot alarm firing at any point is caught here
+            # (outside it, it would kill the worker). math-verify's own alarms would reset this timer, so they are off.
             try:
-                # math-verify's own alarms would reset this timer: the interval timer is the only bound here.
+                signal.setitimer(signal.ITIMER_REAL, answer_timeout)
                 score, timed_out = math_accuracy(completion, gold, timeout_seconds=None), False
-                signal.setitimer(signal.ITIMER_REAL, 0)  # inside the try: an alarm that beats it is a timeout
+                signal.setitimer(signal.ITIMER_REAL, 0)
             except _AnswerTimeout:
                 score, timed_out = 0.0, True
             out.append((score, timed_out))
@@ -147,12 +149,22 @@ class MathScorerPool:
             self.close()
         if timeouts:
             self.timeouts += timeouts
+            global _TIMEOUTS_TOTAL
+            with _POOLS_LOCK:
+                _TIMEOUTS_TOTAL += timeouts
             logger.warning("math_accuracy: %d of %d answers hit a time bound and scored 0.0.", timeouts, len(pairs))
         return scores
 
 
 _POOLS: dict[int, MathScorerPool] = {}
 _POOLS_LOCK = threading.Lock()
+_TIMEOUTS_TOTAL = 0
+
+
+def timeouts_total() -> int:
+    """Answers scored 0.0 by a time bound in this process so far (all pools); the trainer logs its increase per
+    generation batch as ``rewards/timeouts``."""
+    return _TIMEOUTS_TOTAL
 
 
 def shared_pool(workers: int) -> MathScorerPool:
