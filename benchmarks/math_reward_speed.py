@@ -15,6 +15,7 @@ import random
 
 from diversity_speed import timed
 
+from trl_grpo_ext.rewards import pool
 from trl_grpo_ext.rewards.math import math_accuracy_reward, set_math_reward_workers
 from trl_grpo_ext.rewards.pool import shared_pool
 
@@ -43,7 +44,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--completions", type=int, default=1024)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--answer_timeout", type=float, default=None, help="per-answer bound of the pool (s)")
     args = parser.parse_args()
+    if args.answer_timeout is not None:
+        pool.ANSWER_TIMEOUT_SECONDS = args.answer_timeout
     completions, solutions = ordinary(args.completions)
     hostile = [HOSTILE[i % len(HOSTILE)] for i in range(64)]
     print(f"{'workers':>8} {'ordinary s':>11} {'hostile (64) s':>15} {'timeouts':>9} {'accuracy':>9}")
