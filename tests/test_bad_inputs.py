@@ -331,3 +331,22 @@ def test_missing_local_file_is_not_looked_up_on_the_hub(tmp_path):
     with pytest.raises(ValueError, match="num_train_examples=0"):
         load_math_dataset(str(path), num_examples=0)
     assert load_math_dataset(str(path))["solution"] == ["2"]
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+def test_dataset_smaller_than_one_generation_batch_is_an_error(
+    tiny_model_path, tokenizer, train_dataset, tmp_path, rows
+):
+    """Before: 1 prompt with 2 per generation batch trained 0 steps and returned normally."""
+    from conftest import TINY_ARGS
+
+    from trl_grpo_ext import GRPOExtTrainer, testkit
+
+    with pytest.raises(ValueError, match=rf"train_dataset has {rows} prompt\(s\), but one generation batch takes 2"):
+        GRPOExtTrainer(
+            model=tiny_model_path,
+            reward_funcs=[testkit.exact_match_reward],
+            args=GRPOExtConfig(**{**TINY_ARGS, "output_dir": str(tmp_path)}),
+            train_dataset=train_dataset.select(range(rows)),
+            processing_class=tokenizer,
+        )

@@ -167,6 +167,7 @@ class GRPOExtTrainer(GRPOTrainer):
                 )
         self.ext_clock = ExtClock()  # set before super().__init__ so no hook can run without it
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        self._check_dataset_size()
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
         self._ext_rewards_per_func: torch.Tensor | None = None
@@ -201,6 +202,20 @@ class GRPOExtTrainer(GRPOTrainer):
         self.add_callback(ExtTimingCallback(self))  # last, so it times the monitor too
 
     # ------------------------------------------------------------------ helpers
+    def _check_dataset_size(self) -> None:
+        """TRL's sampler drops an incomplete generation batch: a training set with fewer prompts than one generation
+        batch holds trains 0 steps and returns as if it had finished."""
+        dataset = self.train_dataset
+        if dataset is None or not hasattr(dataset, "__len__"):
+            return
+        needed = self.args.generation_batch_size // self.num_generations
+        if len(dataset) < needed:
+            raise ValueError(
+                f"train_dataset has {len(dataset)} prompt(s), but one generation batch takes {needed} "
+                f"(generation_batch_size={self.args.generation_batch_size} / num_generations={self.num_generations}): "
+                "training would run 0 steps. Add prompts, or lower per_device_train_batch_size / steps_per_generation."
+            )
+
     def ext_generator(self, tag: str, *, per_rank: bool, device: torch.device | str) -> torch.Generator:
         """A generator seeded from (seed, global step, micro-step, tag[, rank]): reproducible, no global RNG use.
 
