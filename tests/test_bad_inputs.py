@@ -350,3 +350,18 @@ def test_dataset_smaller_than_one_generation_batch_is_an_error(
             train_dataset=train_dataset.select(range(rows)),
             processing_class=tokenizer,
         )
+
+
+def test_causal_lm_folder_as_token_classification_prm_is_refused(tiny_model_path):
+    """Before: the classification head was silently random and the PRM scored steps at random."""
+    from trl_grpo_ext.prm import TokenClassificationPRM
+
+    with pytest.raises(ValueError, match=r"has no weights for \[.*'score\.weight'\].*randomly initialised"):
+        TokenClassificationPRM(str(tiny_model_path))
+
+
+def test_missing_prm_folder_is_named(tmp_path):
+    from trl_grpo_ext.prm import CausalLMPRM
+
+    with pytest.raises(ValueError, match="no such folder"):
+        CausalLMPRM(str(tmp_path / "no-prm-here"), step_tag="#")

@@ -10,6 +10,7 @@ returning one list per completion with one score per step (None or NaN for a ste
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,7 +106,20 @@ def _load(model_or_path, auto_cls, tokenizer, device, dtype):
     from transformers import AutoTokenizer
 
     if isinstance(model_or_path, str):
-        model = auto_cls.from_pretrained(model_or_path, dtype=dtype)
+        if model_or_path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model_or_path)):
+            raise ValueError(
+                f"prm_model_name_or_path={model_or_path!r}: no such folder. Fix the path, or give a Hub id."
+            )
+        model, info = auto_cls.from_pretrained(model_or_path, dtype=dtype, output_loading_info=True)
+        fresh = list(info.get("missing_keys", []))
+        if fresh:
+            # e.g. a causal-LM checkpoint loaded as a token-classification PRM: its head would be random.
+            raise ValueError(
+                f"prm_model_name_or_path={model_or_path!r} has no weights for {sorted(fresh)[:4]} of "
+                f"{auto_cls.__name__}: that head would be randomly initialised and score steps at random. Use a PRM "
+                "trained for this head, or set prm_model_type to match the checkpoint (token_classification / "
+                "causal_lm)."
+            )
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_or_path)
     else:
         model = model_or_path
