@@ -16,7 +16,7 @@ import random
 from diversity_speed import timed
 
 from trl_grpo_ext.rewards import pool
-from trl_grpo_ext.rewards.math import math_accuracy_reward, set_math_reward_workers
+from trl_grpo_ext.rewards.math import math_accuracy, math_accuracy_reward, set_math_reward_workers
 from trl_grpo_ext.rewards.pool import shared_pool
 
 HOSTILE = [
@@ -56,9 +56,9 @@ def main():
         math_accuracy_reward(completions[:8], solution=solutions[:8])  # start the pool
         scores = []
         ordinary_s = timed(lambda s=scores: s.append(math_accuracy_reward(completions, solution=solutions)), 3)
-        before = shared_pool(workers).timeouts if workers > 1 else 0
+        before = shared_pool(workers, math_accuracy).timeouts if workers > 1 else 0
         hostile_s = timed(lambda: math_accuracy_reward(hostile, solution=["#### 42"] * 64), 1)
-        timeouts = (shared_pool(workers).timeouts - before) if workers > 1 else "n/a"
+        timeouts = (shared_pool(workers, math_accuracy).timeouts - before) if workers > 1 else "n/a"
         accuracy = sum(s or 0.0 for s in scores[-1]) / len(scores[-1])
         print(f"{workers:>8} {ordinary_s:>11.2f} {hostile_s:>15.2f} {timeouts!s:>9} {accuracy:>9.3f}", flush=True)
 

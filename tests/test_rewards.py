@@ -119,9 +119,10 @@ def test_math_reward_is_the_same_from_any_thread_and_process(workers):
 
 
 def test_math_reward_pool_bounds_each_answer_and_each_batch():
-    from trl_grpo_ext.rewards.pool import MathScorerPool
+    from trl_grpo_ext.rewards.math import math_accuracy
+    from trl_grpo_ext.rewards.pool import ScorerPool
 
-    pool = MathScorerPool(2)
+    pool = ScorerPool(2, math_accuracy)
     try:
         # Each takes about 2 s in sympy (math-verify's own limit) and passes the screen.
         slow = [
@@ -148,13 +149,14 @@ def test_math_reward_pool_bounds_each_answer_and_each_batch():
 
 def test_math_reward_workers_are_validated():
     from trl_grpo_ext.rewards import set_math_reward_workers
-    from trl_grpo_ext.rewards.pool import MathScorerPool
+    from trl_grpo_ext.rewards.math import math_accuracy
+    from trl_grpo_ext.rewards.pool import ScorerPool
 
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="workers"):
             set_math_reward_workers(bad)
         with pytest.raises(ValueError, match="workers"):
-            MathScorerPool(bad)
+            ScorerPool(bad, math_accuracy)
 
 
 def test_reward_timeouts_are_logged_by_the_trainer(make_trainer, monkeypatch):

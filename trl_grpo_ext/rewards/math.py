@@ -138,7 +138,7 @@ def math_accuracy_reward(completions, solution=None, answer=None, **kwargs) -> l
         return [math_accuracy(completion, gold) for completion, gold in pairs]  # math-verify's own timeouts work here
     from .pool import shared_pool
 
-    return shared_pool(workers).score(pairs)
+    return shared_pool(workers, math_accuracy).score(pairs)
 
 
 _workers: int | None = None

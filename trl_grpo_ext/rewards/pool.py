@@ -37,7 +37,7 @@ ANSWER_TIMEOUT_SECONDS = 1.0
 BATCH_BUDGET_SECONDS = 60.0
 
 
-class _AnswerTimeout(BaseException):  # not an Exception: math_accuracy's fallback must not swallow it
+class _AnswerTimeout(BaseException):  # not an Exception: a scorer's own fallback (math_accuracy's) must not catch it
     pass
 
 
@@ -49,10 +49,8 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
 
 
-def _score_chunk(pairs: list[tuple[str, str]], answer_timeout: float) -> list[tuple[float | None, bool]]:
+def _score_chunk(score_fn, pairs: list[tuple[str, str]], answer_timeout: float) -> list[tuple[float | None, bool]]:
     """In a worker's main thread: (score, timed out) per (completion, gold)."""
-    from .math import math_accuracy
-
     out = []
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     try:
@@ -61,7 +59,7 @@ def _score_chunk(pairs: list[tuple[str, str]], answer_timeout: float) -> list[tu
             # (outside it, it would kill the worker). math-verify's own alarms would reset this timer, so they are off.
             try:
                 signal.setitimer(signal.ITIMER_REAL, answer_timeout)
-                score, timed_out = math_accuracy(completion, gold, timeout_seconds=None), False
+                score, timed_out = score_fn(completion, gold, timeout_seconds=None), False
                 signal.setitimer(signal.ITIMER_REAL, 0)
             except _AnswerTimeout:
                 score, timed_out = 0.0, True
@@ -88,13 +86,19 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class MathScorerPool:
-    """A persistent pool of ``workers`` processes scoring (completion, gold) pairs with :func:`math_accuracy`."""
+class ScorerPool:
+    """A persistent pool of ``workers`` processes scoring (completion, gold) pairs with ``score_fn``.
 
-    def __init__(self, workers: int):
+    ``score_fn(completion, gold, *, timeout_seconds)`` must be a module-level function (workers import it by name);
+    it is called with ``timeout_seconds=None``: the pool's timer bounds it. :func:`trl_grpo_ext.rewards.math.
+    math_accuracy` is the one the math reward uses.
+    """
+
+    def __init__(self, workers: int, score_fn):
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise ValueError(f"math reward workers={workers!r}: must be an integer >= 1 (e.g. the number of cores).")
         self.workers = workers
+        self.score_fn = score_fn
         self._pool = None
         self._lock = threading.Lock()
         self.timeouts = 0  # answers scored 0.0 because a bound expired, since the pool was made
@@ -129,7 +133,7 @@ class MathScorerPool:
         pool = self._get()
         size = max(1, -(-len(pairs) // (4 * self.workers)))  # about 4 chunks per worker: balance vs. messages
         chunks = [list(pairs[i : i + size]) for i in range(0, len(pairs), size)]
-        pending = [pool.apply_async(_score_chunk, (chunk, answer_timeout)) for chunk in chunks]
+        pending = [pool.apply_async(_score_chunk, (self.score_fn, chunk, answer_timeout)) for chunk in chunks]
         deadline = time.monotonic() + batch_budget
         scores: list[float | None] = []
         timeouts, broken = 0, False
@@ -152,11 +156,12 @@ class MathScorerPool:
             global _TIMEOUTS_TOTAL
             with _POOLS_LOCK:
                 _TIMEOUTS_TOTAL += timeouts
-            logger.warning("math_accuracy: %d of %d answers hit a time bound and scored 0.0.", timeouts, len(pairs))
+            name = getattr(self.score_fn, "__name__", "score_fn")
+            logger.warning("%s: %d of %d answers hit a time bound and scored 0.0.", name, timeouts, len(pairs))
         return scores
 
 
-_POOLS: dict[int, MathScorerPool] = {}
+_POOLS: dict[tuple, ScorerPool] = {}
 _POOLS_LOCK = threading.Lock()
 _TIMEOUTS_TOTAL = 0
 
@@ -167,12 +172,13 @@ def timeouts_total() -> int:
     return _TIMEOUTS_TOTAL
 
 
-def shared_pool(workers: int) -> MathScorerPool:
-    """The process-wide pool of ``workers`` processes (made on first use, closed at exit)."""
+def shared_pool(workers: int, score_fn) -> ScorerPool:
+    """The process-wide pool of ``workers`` processes for ``score_fn`` (made on first use, closed at exit)."""
+    key = (workers, getattr(score_fn, "__module__", ""), getattr(score_fn, "__qualname__", repr(score_fn)))
     with _POOLS_LOCK:
-        if workers not in _POOLS:
-            _POOLS[workers] = MathScorerPool(workers)
-        return _POOLS[workers]
+        if key not in _POOLS:
+            _POOLS[key] = ScorerPool(workers, score_fn)
+        return _POOLS[key]
 
 
 @atexit.register
