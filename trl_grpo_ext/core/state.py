@@ -40,7 +40,7 @@ def state_number(
         if value != int(value):
             raise ValueError(f"{key!r} must be a whole number, got {value!r}")
         value = int(value)
-    below = value <= low if (low is not None and low_open) else (low is not None and value < low)
+    below = low is not None and (value <= low if low_open else value < low)
     if below or (high is not None and value > high):
         left = "(" if low_open else "["
         raise ValueError(f"{key!r} = {value!r} is outside {left}{low}, {high}]")

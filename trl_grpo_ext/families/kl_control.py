@@ -94,6 +94,7 @@ class DiversityKL(_BetaControl):
             args.beta, args.kl_diversity_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
         trainer.beta = self.controller.value
+        self._warned_no_ngrams = False
 
     def on_generation(self, batch: GenerationBatch) -> None:
         if batch.mode != "train":
@@ -108,7 +109,7 @@ class DiversityKL(_BetaControl):
         if not bool((mask.sum(1) >= n).any()):
             # No completion has an n-gram: Distinct-N is undefined here, not 0 (0 would read as collapse and raise
             # beta). Beta stays; the metric is NaN for this batch.
-            if not getattr(self, "_warned_no_ngrams", False):
+            if not self._warned_no_ngrams:
                 logger.warning(
                     "kl_control='diversity': no completion of this batch has %d tokens, so Distinct-%d is undefined "
                     "and beta is left unchanged. Lower kl_diversity_n or raise max_completion_length.",
