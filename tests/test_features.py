@@ -284,11 +284,21 @@ def test_kl_cov_says_when_it_drops_trls_ratio_clip(make_trainer, caplog):
     import math
 
     with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.token_clip"):
-        trainer = make_trainer(token_clip="kl_cov", num_iterations=2, epsilon_high=0.28)
-    assert "switches TRL's PPO ratio clip off (epsilon_low=0.2, epsilon_high=0.28" in caplog.text
+        trainer = make_trainer(token_clip="kl_cov", num_iterations=2)
+    assert "switches TRL's PPO ratio clip off (epsilon_low=0.2, epsilon_high=0.2" in caplog.text
     assert "kl_cov_ppo_clip=True" in caplog.text
     assert trainer.epsilon_low == math.inf and trainer.epsilon_high == math.inf
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.token_clip"):
         kept = make_trainer(token_clip="kl_cov", num_iterations=2, epsilon_high=0.28, kl_cov_ppo_clip=True)
     assert "ratio clip off" not in caplog.text and (kept.epsilon_low, kept.epsilon_high) == (0.2, 0.28)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [(dict(epsilon_high=0.28), "epsilon_high=0.28"), (dict(loss_type="cispo"), "loss_type='cispo'")],
+)
+def test_kl_cov_refuses_to_drop_a_clip_the_user_asked_for(make_trainer, fields, named):
+    with pytest.raises(ValueError, match=r"kl_cov_ppo_clip=False.*" + named.replace("(", r"\(")) as err:
+        make_trainer(token_clip="kl_cov", num_iterations=2, **fields)
+    assert "set kl_cov_ppo_clip=True" in str(err.value)

@@ -6,10 +6,19 @@ field ``diversity_metrics``). Callbacks do not receive the trainer, so it is pas
     trainer = GRPOTrainer(...)
     trainer.add_callback(CollapseMonitor(trainer, metrics=["distinct", "self_bleu", "repetition", "entropy"]))
 
-Metrics are computed once per new generation batch, from TRL's gathered completions (every process sees the same
-batch and computes the same numbers), and put into the trainer's metric buffer before ``log()`` (reporting callbacks
-such as wandb run ``on_log`` before user callbacks). Entropy percentiles come from the per-token entropies of the
-loss's forward pass, gathered from all processes (a seeded subsample of at most ``entropy_sample`` tokens per process).
+Metrics are computed once per new training generation batch over the completions of all processes (every process
+computes the same numbers) and put into the trainer's metric buffer before ``log()`` (reporting callbacks such as wandb
+run ``on_log`` before user callbacks). Entropy percentiles come from the per-token entropies of the loss's forward
+pass, gathered from all processes (a seeded subsample of at most ``entropy_sample`` tokens per process).
+
+Where the data comes from:
+    ``GRPOExtTrainer`` feeds the monitor itself (``feeds_collapse_monitor = True``): the completion token ids of each
+    generation batch (:meth:`CollapseMonitor.observe_generation`, the same ids ``kl_control="diversity"`` measures) and
+    the entropies of each training loss pass (:meth:`CollapseMonitor.record_entropy`). Evaluation batches get their own
+    ``eval_diversity/*`` metrics and never reach the alarm.
+    With another trainer (TRL's ``GRPOTrainer``) the monitor wraps the trainer's log-prob method for the entropies and
+    re-tokenises the completion texts TRL keeps for its completions table; completions logged by an evaluation are
+    skipped (``on_evaluate``).
 """
 
 from __future__ import annotations
@@ -117,11 +126,37 @@ class CollapseMonitor(TrainerCallback):
         self.last: dict[str, float] = {}
         self.alarms: list[tuple[int, list[str]]] = []
         self._fingerprint = None
+        self._pending: tuple[torch.Tensor, torch.Tensor, int] | None = None
         self._entropy_chunks: list[torch.Tensor] = []
         self._entropy_sums = torch.zeros(3)  # sum, tokens, low tokens
         self._generator = torch.Generator().manual_seed(0)
-        if "entropy" in self.metrics:
+        self.fed_by_trainer = bool(getattr(trainer, "feeds_collapse_monitor", False))
+        if "entropy" in self.metrics and not self.fed_by_trainer:
             self._install_entropy_hook()
+
+    # ------------------------------------------------------------------ fed by GRPOExtTrainer
+    def observe_generation(self, ids: torch.Tensor, mask: torch.Tensor, group_size: int, mode: str) -> None:
+        """One generation batch: (N, T) completion ids and mask of all processes, consecutive groups of
+        ``group_size``. Training batches are measured at the next ``on_step_end`` (and feed the alarm); evaluation
+        batches are measured now into the trainer's eval metrics (logged as ``eval_diversity/*``)."""
+        if "repetition" in self.metrics:
+            # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on.
+            rates = repetition_rates(ids, mask, self.repetition_n)
+            self.trainer._logs["extra"]["repetition"].extend(rates.tolist())
+        if mode == "train":
+            self._pending = (ids, mask, group_size)
+            return
+        if not set(self.metrics) - {"entropy"}:
+            return
+        with _clock(self.trainer):
+            for key, value in self.diversity_metrics(ids, mask, group_size=group_size).items():
+                if math.isfinite(value):
+                    self.trainer._metrics["eval"][key].append(value)
+
+    def record_entropy(self, values: torch.Tensor) -> None:
+        """Per-token entropies (1-D, valid tokens only) of one training forward pass."""
+        if "entropy" in self.metrics:
+            self._record_entropy(values.float().cpu())
 
     # ------------------------------------------------------------------ entropy capture
     def _install_entropy_hook(self) -> None:
@@ -167,6 +202,9 @@ class CollapseMonitor(TrainerCallback):
 
     # ------------------------------------------------------------------ diversity
     def _completion_batch(self):
+        if self.fed_by_trainer:
+            batch, self._pending = self._pending, None
+            return batch
         completions = list(self.trainer._logs["completion"])
         if not completions:
             return None
@@ -176,7 +214,15 @@ class CollapseMonitor(TrainerCallback):
         self._fingerprint = fingerprint
         tokenizer = getattr(self.trainer.processing_class, "tokenizer", self.trainer.processing_class)
         enc = tokenizer([_text(c) for c in completions], add_special_tokens=False, padding=True, return_tensors="pt")
-        return enc["input_ids"], enc["attention_mask"]
+        return enc["input_ids"], enc["attention_mask"], self.trainer.num_generations
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        # TRL's completions table now ends with evaluation completions: mark them seen so that the next training step
+        # (which may reuse its generation batch and log no new completions) does not measure them as training data.
+        completions = self.trainer._logs["completion"] if not self.fed_by_trainer else None
+        if completions:
+            self._fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
+        return control
 
     def diversity_metrics(self, ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -189,8 +235,10 @@ class CollapseMonitor(TrainerCallback):
         if "repetition" in self.metrics:
             per_completion = repetition_rates(ids, mask, self.repetition_n)
             out["diversity/repetition"] = float(per_completion.mean())
-            # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on.
-            self.trainer._logs["extra"]["repetition"].extend(per_completion.tolist())
+            if not self.fed_by_trainer:
+                # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on
+                # (GRPOExtTrainer adds it for every batch, evaluation included, so rows stay aligned).
+                self.trainer._logs["extra"]["repetition"].extend(per_completion.tolist())
         if "unique" in self.metrics:
             out["diversity/unique_frac"] = unique_fraction(ids, mask, group_size)
         return out
@@ -237,7 +285,8 @@ class CollapseMonitor(TrainerCallback):
         values: dict[str, float] = {}
         batch = self._completion_batch() if set(self.metrics) - {"entropy"} else None
         if batch is not None:
-            values.update(self.diversity_metrics(*batch, group_size=self.trainer.num_generations))
+            ids, mask, group_size = batch
+            values.update(self.diversity_metrics(ids, mask, group_size=group_size))
         if "entropy" in self.metrics:
             values.update(self._entropy_metrics())
         if not values:

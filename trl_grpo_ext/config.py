@@ -118,6 +118,8 @@ class GRPOExtConfig(GRPOConfig):
             Coefficient of the KL-Cov penalty (paper scripts: 1.0; verl's config default: 0.1).
         kl_cov_ppo_clip (`bool`, *optional*, defaults to `False`):
             Keep TRL's PPO ratio clip (`epsilon`, `epsilon_high`) under KL-Cov. The paper and verl drop it (False).
+            With False, a clip you asked for (`epsilon_high`, or `loss_type="cispo"`, whose cap is `epsilon_high`) is
+            refused rather than silently dropped: set `kl_cov_ppo_clip=True` to keep it.
 
         > Sample filtering (PF-PPO, arXiv 2409.06957)
 
@@ -128,6 +130,9 @@ class GRPOExtConfig(GRPOConfig):
         pf_rescale (`bool`, *optional*, defaults to `True`):
             For loss types that average per sequence (`grpo`, `sapo`, `luspo`, `dr_grpo`), rescale each micro-batch so
             the loss equals the loss over its kept rows alone, instead of being diluted by the masked ones.
+        pf_filter_eval (`bool`, *optional*, defaults to `False`):
+            Also filter evaluation batches. Off by default, so `eval_loss` is computed on every completion and stays
+            comparable with a `GRPOTrainer` run.
 
         > KL control (Ziegler et al. 2019)
 
@@ -283,6 +288,10 @@ class GRPOExtConfig(GRPOConfig):
             "help": "For per-sequence loss types (grpo, sapo, luspo, dr_grpo), rescale each micro-batch's loss to "
             "the mean over its kept rows instead of diluting it with the masked ones."
         },
+    )
+    pf_filter_eval: bool = field(
+        default=False,
+        metadata={"help": "Also filter evaluation batches (off: eval_loss uses every completion, as GRPOTrainer)."},
     )
 
     # KL control
@@ -453,6 +462,14 @@ class GRPOExtConfig(GRPOConfig):
                 f"{self.multi_objective_aggregation!r}",
                 "set multi_objective_aggregation='sum_then_normalize' or keep advantage_std='sample'",
             )
+        if self.advantage_std == "population" and self.scale_rewards == "none":
+            _fail(
+                "advantage_std",
+                self.advantage_std,
+                "it changes the standard deviation rewards are divided by, but scale_rewards='none' divides by none "
+                "(advantages are reward - group mean), so it would do nothing",
+                "keep advantage_std='sample', or set scale_rewards='group' (or 'batch')",
+            )
 
     def _check_prm(self) -> None:
         if self.prm_causal_good_token == self.prm_causal_bad_token:
@@ -531,6 +548,21 @@ class GRPOExtConfig(GRPOConfig):
                 "set num_iterations=2 (as the paper) or steps_per_generation > gradient_accumulation_steps, "
                 "or use token_clip='clip_cov'",
             )
+        if self.token_clip == "kl_cov" and not self.kl_cov_ppo_clip:
+            asked = []
+            if self.epsilon_high is not None:
+                asked.append(f"epsilon_high={self.epsilon_high}")
+            if self.loss_type == "cispo":
+                asked.append("loss_type='cispo' (its cap is epsilon_high)")
+            if asked:
+                _fail(
+                    "kl_cov_ppo_clip",
+                    self.kl_cov_ppo_clip,
+                    f"KL-Cov without the PPO clip (the paper's setting) sets TRL's epsilon_low / epsilon_high to "
+                    f"infinity, which would silently drop the clip you asked for: {', '.join(asked)}",
+                    "set kl_cov_ppo_clip=True to keep TRL's clip under KL-Cov, or drop epsilon_high / use another "
+                    "loss_type",
+                )
 
     @property
     def is_off_policy(self) -> bool:

@@ -125,6 +125,9 @@ class GRPOExtTrainer(GRPOTrainer):
     ``GRPOTrainer``.
     """
 
+    #: The collapse monitor gets its token ids and entropies from this trainer's hooks (see CollapseMonitor).
+    feeds_collapse_monitor = True
+
     def __init__(
         self,
         model,
@@ -152,6 +155,13 @@ class GRPOExtTrainer(GRPOTrainer):
             raise ValueError(
                 "step_reward_funcs are used only with advantage_estimator='prm'; set GRPOExtConfig.advantage_estimator"
                 "='prm' or drop step_reward_funcs."
+            )
+        if args.entropy_control == "aepo" and kwargs.get("environment_factory") is not None:
+            raise ValueError(
+                "entropy_control='aepo' cannot run with environment_factory: AEPO regenerates every prompt of a batch "
+                "after TRL has already reset and stepped this batch's environment instances, so its rollouts would "
+                "act on (and be rewarded from) those stepped instances. Fix: use AEPO with tools= or a rollout_func "
+                "(their env_mask is honoured), or set GRPOExtConfig.entropy_control='none'."
             )
         if callable(step_reward_funcs):
             step_reward_funcs = [step_reward_funcs]
@@ -288,13 +298,27 @@ class GRPOExtTrainer(GRPOTrainer):
             group_size=group_size,
             process_slice=slice(rank * local_rows, (rank + 1) * local_rows),
             mode=mode,
+            gather_padded=self._gather_padded,
             **self._ext_reward_call,
         )
+        if self.args.multi_objective_aggregation == "normalize_then_sum":
+            # TRL's advantage (still its own here: no estimator ran yet) is what this aggregation ranks rows by.
+            scores = self.accelerator.gather(output["advantages"].detach()).float()  # (N,)
+            batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         for extension in self.extensions.values():
             extension.on_generation(batch)
+        if self.collapse_monitor is not None:
+            self.collapse_monitor.observe_generation(*batch.global_completions(), group_size, mode)
         if mode == "eval" and self.args.eval_pass_at_k:
             self._log_pass_at_k(batch)
         self._ext_rewards_per_func = self._ext_reward_call = None
+
+    def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:
+        """(B, T) of every process, right-padded with 0 to the longest T, concatenated: (N, T')."""
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            return tensor
+        return acc.gather(acc.pad_across_processes(tensor, dim=1, pad_index=0))
 
     # ------------------------------------------------------------------ evaluation
     def _log_pass_at_k(self, batch: GenerationBatch) -> None:
@@ -382,9 +406,38 @@ class GRPOExtTrainer(GRPOTrainer):
             ctx.logps = logps
             ctx.entropies = entropies
             with self.ext_clock.measure():
+                ctx.policy_weight = self._trl_policy_weight(ctx)
+                if self.collapse_monitor is not None and ctx.mode == "train" and entropies is not None:
+                    self.collapse_monitor.record_entropy(entropies.detach()[ctx.inputs["completion_mask"].bool()])
                 for extension in self.extensions.values():
                     logps = extension.modify_logps(logps, ctx)
         return logps, entropies, aux
+
+    def _trl_policy_weight(self, ctx: LossContext) -> torch.Tensor | None:
+        """(B, T) the factor TRL 1.16's ``_compute_loss`` multiplies into its per-token policy loss, rebuilt with TRL's
+        own methods from the same inputs: the entropy mask (``top_entropy_quantile``), the off-policy sequence mask
+        (``off_policy_mask_threshold``) and vLLM's importance-sampling ratio. None when none applies."""
+        weight = None
+        mask = ctx.mask
+        if self.top_entropy_quantile < 1.0:
+            # Collective (gathers entropies): called on every rank for every micro-batch, as TRL's own call is.
+            entropy_mask = self.get_high_entropy_mask(ctx.entropies.detach(), mask, 1 - self.top_entropy_quantile)
+            weight = entropy_mask.to(ctx.logps.dtype)
+        if self.off_policy_mask_threshold is not None:
+            advantages = ctx.inputs["advantages"]
+            advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+            off_policy = self.get_off_policy_mask(
+                advantages=advantages,
+                per_token_logps=ctx.logps,
+                sampling_per_token_logps=ctx.inputs.get("sampling_per_token_logps", ctx.old_logps),
+                mask=mask,
+                off_policy_threshold=self.off_policy_mask_threshold,
+            ).to(ctx.logps.dtype)
+            weight = off_policy if weight is None else weight * off_policy
+        if self.use_vllm and self.vllm_importance_sampling_correction and self.loss_type != "vespo":
+            ratio = ctx.inputs["importance_sampling_ratio"].to(ctx.logps.dtype)
+            weight = ratio if weight is None else weight * ratio
+        return None if weight is None else weight.expand_as(mask).detach()
 
     # ------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, *args, **kwargs):

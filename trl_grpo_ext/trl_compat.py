@@ -80,3 +80,33 @@ def combined_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tenso
     """
     rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
+
+
+def vllm_importance_sampling_ratio(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> torch.Tensor:
+    """TRL 1.16's vLLM importance-sampling ratio (``vllm_importance_sampling_correction``), copied from
+    ``GRPOTrainer._generate_and_score_completions``: ``exp(old - sampling)`` per token (``token_*`` modes, (B, T)) or
+    summed per sequence (``sequence_*`` modes, (B, 1)); ``*_truncate`` clamps it to [clip_min, clip_max], ``*_mask``
+    sets it to 0 outside. NaN sampling log-probs (vLLM could not score the token) count as ratio 1.
+    """
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)  # (B, T)
+    if mode in ("sequence_mask", "sequence_truncate"):
+        diff = diff.sum(dim=-1, keepdim=True)  # (B, 1)
+    ratio = torch.exp(diff)
+    if mode in ("sequence_truncate", "token_truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    if mode in ("sequence_mask", "token_mask"):
+        low = clip_min if clip_min is not None else -float("inf")
+        high = clip_max if clip_max is not None else float("inf")
+        return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+    raise ValueError(
+        f"Unknown vllm_importance_sampling_mode {mode!r}; TRL {TRL_VERSION} knows token_truncate, token_mask, "
+        "sequence_truncate, sequence_mask."
+    )

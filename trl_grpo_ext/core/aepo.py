@@ -53,3 +53,20 @@ def aepo_per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.T
     correct when the samples are reused after an update (``num_iterations > 1``).
     """
     return -torch.exp(logps - old_logps.detach())
+
+
+def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, *, quantile: float) -> torch.Tensor:
+    """(B, T) bool: the valid tokens whose entropy is at or above the ``1 - quantile`` quantile of the valid tokens'
+    entropies (the ``quantile`` highest-entropy fraction, as TRL's ``top_entropy_quantile``), computed over this
+    tensor's tokens only (no collective). ``quantile >= 1`` keeps every valid token.
+
+    Args:
+        entropies: (B, T) per-token entropies.
+        mask: (B, T) valid tokens.
+        quantile: fraction in (0, 1] of the highest-entropy tokens to keep.
+    """
+    valid = mask.bool()  # (B, T)
+    if quantile >= 1.0 or not bool(valid.any()):
+        return valid
+    threshold = torch.quantile(entropies[valid].float(), 1.0 - quantile)
+    return valid & (entropies >= threshold)

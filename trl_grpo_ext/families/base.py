@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,9 @@ class GenerationBatch:
         keep: (N,) bool rows that train, set by the sample filter (None: all).
         inputs, prompts, completions, completion_ids_list: this process's rows as TRL passed them to the reward
             functions.
+        rank_scores: (N,) what a sample filter ranks rows by: the weighted reward sum, or under
+            ``multi_objective_aggregation="normalize_then_sum"`` TRL's advantage (NaN where unscorable).
+        gather_padded: gathers a (B, T) tensor of every process, padded to the longest T (identity on one process).
     """
 
     output: dict[str, Any]
@@ -42,6 +46,19 @@ class GenerationBatch:
     prompts: list[Any] = field(default_factory=list)
     completions: list[Any] = field(default_factory=list)
     completion_ids_list: list[list[int]] = field(default_factory=list)
+    rank_scores: torch.Tensor | None = None
+    gather_padded: Callable[[torch.Tensor], torch.Tensor] | None = None
+    _global_completions: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+
+    def global_completions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, T') completion ids and completion mask of all processes, gathered once per batch (a collective on
+        first use: call it on every process)."""
+        if self._global_completions is None:
+            ids, mask = self.output["completion_ids"], self.output["completion_mask"]
+            if self.gather_padded is not None:
+                ids, mask = self.gather_padded(ids), self.gather_padded(mask)
+            self._global_completions = (ids, mask)
+        return self._global_completions
 
 
 @dataclass
@@ -56,6 +73,10 @@ class LossContext:
         logps: (B, T) the policy's log-probs with gradient, as the model returned them (set by the trainer).
         selected: (B, T) bool, tokens chosen by the token clip, if any.
         entropies: (B, T) per-token entropies of the same forward pass (no gradient needed).
+        policy_weight: (B, T) the factor TRL 1.16 multiplies into its per-token policy loss (not the KL term): the
+            ``top_entropy_quantile`` mask x the ``off_policy_mask_threshold`` sequence mask x vLLM's importance-sampling
+            ratio, each where configured; None when none is (set by the trainer with ``logps``). Terms that act like the
+            policy loss (the KL-Cov penalty) are multiplied by it, and token clips choose among ``policy_mask``.
     """
 
     inputs: dict[str, Any]
@@ -65,7 +86,18 @@ class LossContext:
     logps: torch.Tensor | None = None
     selected: torch.Tensor | None = None
     entropies: torch.Tensor | None = None
+    policy_weight: torch.Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def policy_mask(self) -> torch.Tensor:
+        """(B, T) bool: the tokens whose policy loss TRL keeps (loss, entropy and off-policy masks, IS ratio > 0)."""
+        mask = self.mask.bool()
+        return mask if self.policy_weight is None else mask & (self.policy_weight > 0)
+
+    def weighted(self, per_token: torch.Tensor) -> torch.Tensor:
+        """(B, T) ``per_token`` multiplied by :attr:`policy_weight` (unchanged when TRL applies no such factor)."""
+        return per_token if self.policy_weight is None else per_token * self.policy_weight
 
     @property
     def old_logps(self) -> torch.Tensor:

@@ -8,9 +8,9 @@ import time
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..core.aepo import aepo_per_token_loss, aepo_select, aepo_temperature
+from ..core.aepo import aepo_per_token_loss, aepo_select, aepo_temperature, high_entropy_mask
 from ..core.state import state_number
-from ..trl_compat import combined_rewards
+from ..trl_compat import combined_rewards, vllm_importance_sampling_ratio
 from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, LossContext
 
 ENTROPY_CONTROLS.register("none")(None)
@@ -31,6 +31,15 @@ class AEPO(Extension):
     4. their REINFORCE term ``aepo_coef * mean_tokens(-exp(logp - old_logp))`` (old log-probs from the policy before
        the update, at the training temperature) is added to the loss, the kept samples split into
        ``steps_per_generation`` chunks of a fixed size, so TRL's batch, shuffling and gathers are untouched.
+
+    The term honours the masks TRL applies to its own loss: tool-response / ``env_mask`` tokens returned by
+    ``_generate`` (``tools=``, a ``rollout_func``) and truncated completions under ``mask_truncated_completions`` train
+    nothing; under ``top_entropy_quantile < 1`` only the highest-entropy fraction of the AEPO samples' own tokens train
+    (quantile over this process's AEPO tokens); with vLLM's ``vllm_importance_sampling_correction`` the term is
+    multiplied by the same importance-sampling ratio TRL computes (vLLM's sampling log-probs vs the training model's).
+    TRL's ``off_policy_mask_threshold`` keeps every sequence with a non-negative advantage, so it keeps every AEPO
+    sample (advantage 1). ``environment_factory`` is refused (the regeneration would step environments TRL already
+    reset and stepped for this batch).
 
     Logs ``aepo/temperature``, ``aepo/entropy``, ``aepo/entropy_gap``, ``aepo/samples_used``, ``aepo/positive_frac``,
     ``aepo/extra_gen_time`` (seconds of the extra generation and scoring) and ``aepo/loss``.
@@ -78,7 +87,9 @@ class AEPO(Extension):
             temperature_low=args.aepo_temperature_low,
         )
         self.temperature = temperature
-        prompt_ids, completion_ids, _, completions, _, _, _, _ = self._generate_at(temperature, batch.prompts)
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, _, _, _ = self._generate_at(
+            temperature, batch.prompts
+        )
         rewards_per_func = trainer._calculate_rewards(batch.inputs, batch.prompts, completions, completion_ids)
         rewards = combined_rewards(rewards_per_func, trainer.reward_weights)  # (N,) all processes
         below = self.last_entropy is not None and self.last_entropy < args.aepo_target_entropy
@@ -88,7 +99,7 @@ class AEPO(Extension):
             rewards, batch.group_size, adv_threshold=args.aepo_adv_threshold, max_samples=cap, generator=generator
         )
         local = keep[batch.process_slice].nonzero().flatten().tolist()
-        self._chunks = self._build_chunks(prompt_ids, completion_ids, local)
+        self._chunks = self._build_chunks(prompt_ids, completion_ids, local, tool_mask=tool_mask, logprobs=logprobs)
         elapsed = time.perf_counter() - start
         positive = float((keep.float().sum() / max(keep.numel(), 1)).item())
         self.log_metric("train", "aepo/temperature", temperature)
@@ -99,14 +110,32 @@ class AEPO(Extension):
             self.log_metric("train", "aepo/entropy", self.last_entropy)
             self.log_metric("train", "aepo/entropy_gap", self.last_entropy - args.aepo_target_entropy)
 
+    def _row_mask(self, completion_ids: list[int], tool_mask: list[int] | None) -> torch.Tensor:
+        """(t,) loss mask of one AEPO sample: TRL's tool / env mask, and 0 everywhere for a truncated completion
+        under ``mask_truncated_completions`` (as TRL masks its own)."""
+        trainer = self.trainer
+        if not completion_ids:
+            return torch.zeros(1, dtype=torch.long)
+        mask = torch.ones(len(completion_ids), dtype=torch.long)
+        if tool_mask is not None:
+            mask = mask * torch.tensor(tool_mask[: len(completion_ids)], dtype=torch.long)
+        if self.args.mask_truncated_completions:
+            ends = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+            if completion_ids[-1] not in ends:
+                mask = torch.zeros_like(mask)
+        return mask
+
     @torch.no_grad()
-    def _build_chunks(self, prompt_ids, completion_ids, rows: list[int]) -> list[dict[str, torch.Tensor]]:
+    def _build_chunks(
+        self, prompt_ids, completion_ids, rows: list[int], *, tool_mask=None, logprobs=None
+    ) -> list[dict[str, torch.Tensor]]:
         """Split the kept samples into steps_per_generation micro-chunks of one fixed size (padding rows masked)."""
         trainer = self.trainer
         spg = self.args.steps_per_generation
         device = trainer.accelerator.device
         size = max(1, math.ceil(len(rows) / spg))
         pad_id = trainer._tokenizer.pad_token_id
+        correct_is = trainer.use_vllm and trainer.vllm_importance_sampling_correction and logprobs is not None
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
@@ -118,6 +147,7 @@ class AEPO(Extension):
             p_ids = pad_sequence([p.flip(0) for p in prompts], batch_first=True, padding_value=pad_id).flip(1)
             p_mask = pad_sequence([torch.ones_like(p).flip(0) for p in prompts], batch_first=True).flip(1)
             c_ids = pad_sequence(comps, batch_first=True, padding_value=pad_id)
+            # Attention covers every completion token; the loss mask drops tool / env tokens and masked rows.
             c_mask = pad_sequence(
                 [
                     torch.ones(len(completion_ids[i]), dtype=torch.long)
@@ -127,23 +157,42 @@ class AEPO(Extension):
                 ],
                 batch_first=True,
             )
+            loss_mask = pad_sequence(
+                [self._row_mask(completion_ids[i], None if tool_mask is None else tool_mask[i]) for i in part],
+                batch_first=True,
+            )
             chunk = {
                 "prompt_ids": p_ids.to(device),
                 "prompt_mask": p_mask.to(device),
                 "completion_ids": c_ids.to(device),
                 "completion_mask": c_mask.to(device),
+                "loss_mask": loss_mask.to(device),
             }
-            chunk["old_logps"] = self._logps(trainer.model, chunk).detach()
+            chunk["old_logps"] = self._logps(trainer.model, chunk)[0].detach()
+            if correct_is:
+                sampling = pad_sequence(
+                    [torch.tensor([math.nan if x is None else float(x) for x in (logprobs[i] or [0.0])]) for i in part],
+                    batch_first=True,
+                ).to(device)
+                chunk["is_ratio"] = vllm_importance_sampling_ratio(
+                    chunk["old_logps"],
+                    sampling.to(chunk["old_logps"].dtype),
+                    chunk["loss_mask"].to(chunk["old_logps"].dtype),
+                    mode=trainer.vllm_importance_sampling_mode,
+                    clip_min=self.args.vllm_importance_sampling_clip_min,
+                    clip_max=self.args.vllm_importance_sampling_clip_max,
+                )
             chunks.append(chunk)
         return chunks
 
-    def _logps(self, model, chunk) -> torch.Tensor:
+    def _logps(self, model, chunk, *, compute_entropy: bool = False):
+        """(b, t) log-probs of a chunk's completions and their entropies (None unless ``compute_entropy``)."""
         input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
         attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
-        logps, _, _ = self.trainer._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=False
+        logps, entropies, _ = self.trainer._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=compute_entropy
         )
-        return logps
+        return logps, entropies
 
     # ------------------------------------------------------------------ loss side
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
@@ -152,9 +201,15 @@ class AEPO(Extension):
         chunk = self._chunks[self.trainer._step % len(self._chunks)]
         if not chunk:
             return None
-        logps = self._logps(self.trainer.model, chunk)  # (b, t), with gradient
-        mask = chunk["completion_mask"].to(logps.dtype)
+        quantile = self.trainer.top_entropy_quantile
+        logps, entropies = self._logps(self.trainer.model, chunk, compute_entropy=quantile < 1.0)  # (b, t)
+        mask = chunk["loss_mask"]
+        if quantile < 1.0:
+            mask = high_entropy_mask(entropies.detach(), mask, quantile=quantile)
+        mask = mask.to(logps.dtype)
         per_token = aepo_per_token_loss(logps, chunk["old_logps"])
+        if "is_ratio" in chunk:
+            per_token = per_token * chunk["is_ratio"]
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
         loss = self.args.aepo_coef * loss / self.trainer.current_gradient_accumulation_steps
         self.log_metric("train", "aepo/loss", float(loss.detach()))

@@ -99,11 +99,7 @@ class DiversityKL(_BetaControl):
     def on_generation(self, batch: GenerationBatch) -> None:
         if batch.mode != "train":
             return
-        acc = self.trainer.accelerator
-        ids, mask = batch.output["completion_ids"], batch.output["completion_mask"]
-        if acc.num_processes > 1:
-            ids = acc.gather(acc.pad_across_processes(ids, dim=1, pad_index=0))
-            mask = acc.gather(acc.pad_across_processes(mask, dim=1, pad_index=0))
+        ids, mask = batch.global_completions()
         n = self.args.kl_diversity_n
         used = self.trainer.beta
         if not bool((mask.sum(1) >= n).any()):

@@ -31,9 +31,12 @@ class PolicyFilter(Extension):
         self.strategy = self.args.sample_filter
 
     def on_generation(self, batch: GenerationBatch) -> None:
+        if batch.mode == "eval" and not self.args.pf_filter_eval:
+            return  # eval_loss over every completion, comparable with GRPOTrainer
         trainer = self.trainer
         generator = trainer.ext_generator("sample_filter", per_rank=False, device=batch.rewards.device)
-        keep = pf_keep_mask(batch.rewards, batch.group_size, strategy=self.strategy, generator=generator)  # (N,)
+        scores = batch.rewards if batch.rank_scores is None else batch.rank_scores
+        keep = pf_keep_mask(scores, batch.group_size, strategy=self.strategy, generator=generator)  # (N,)
         batch.keep = keep
         out = batch.output
         local_keep = keep[batch.process_slice]  # (B,)

@@ -1,4 +1,10 @@
-"""Clip-Cov and KL-Cov (``token_clip``), Cui et al. 2025 (arXiv 2505.22617)."""
+"""Clip-Cov and KL-Cov (``token_clip``), Cui et al. 2025 (arXiv 2505.22617).
+
+Both choose among the tokens whose policy loss TRL keeps (``LossContext.policy_mask``: the loss mask, and where
+configured ``top_entropy_quantile``'s entropy mask, the off-policy sequence mask and vLLM's importance-sampling
+mask), so no selection falls on a token TRL already excluded; the KL-Cov penalty is multiplied by the same factor
+TRL multiplies into its policy loss (``LossContext.policy_weight``).
+"""
 
 from __future__ import annotations
 
@@ -25,8 +31,8 @@ class _CovarianceClip(Extension):
     def log_selection(self, ctx: LossContext, logps: torch.Tensor, selected: torch.Tensor) -> None:
         """Global metrics: fraction and number of tokens selected, mean covariance of valid and of selected tokens."""
         coll = self.trainer.ext_collectives
-        cov = token_covariance(logps, ctx.advantages, ctx.mask, collectives=self.collectives())
-        valid = ctx.mask.bool()
+        valid = ctx.policy_mask
+        cov = token_covariance(logps, ctx.advantages, valid, collectives=self.collectives())
         stats = torch.stack([valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()]).to(
             logps.device
         )
@@ -50,18 +56,19 @@ class ClipCov(_CovarianceClip):
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         trainer = self.trainer
+        candidates = ctx.policy_mask  # (B, T)
         exclude = ppo_clipped_mask(
             logps,
             ctx.old_logps,
             ctx.advantages,
-            ctx.mask,
+            candidates,
             epsilon_low=trainer.epsilon_low,
             epsilon_high=trainer.epsilon_high,
         )
         selected = clip_cov_mask(
             logps,
             ctx.advantages,
-            ctx.mask,
+            candidates,
             ratio=self.args.clip_cov_ratio,
             lb=self.args.clip_cov_lb,
             ub=self.args.clip_cov_ub,
@@ -72,7 +79,7 @@ class ClipCov(_CovarianceClip):
         ctx.selected = selected
         self.log_selection(ctx, logps, selected)
         coll = trainer.ext_collectives
-        n_clipped, n_valid = coll.all_sum(torch.stack([exclude.sum(), ctx.mask.sum()]).float()).tolist()
+        n_clipped, n_valid = coll.all_sum(torch.stack([exclude.sum(), candidates.sum()]).float()).tolist()
         self.log_metric(ctx.mode, "clip_cov/ppo_clipped_frac", n_clipped / max(n_valid, 1.0))
         return torch.where(selected, logps.detach(), logps)
 
@@ -110,14 +117,15 @@ class KLCov(_CovarianceClip):
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         selected = kl_cov_mask(
-            logps, ctx.advantages, ctx.mask, ratio=self.args.kl_cov_ratio, collectives=self.collectives()
+            logps, ctx.advantages, ctx.policy_mask, ratio=self.args.kl_cov_ratio, collectives=self.collectives()
         )
         ctx.selected = selected
         self.log_selection(ctx, logps, selected)
         return logps
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
-        penalty = kl_cov_penalty(ctx.logps, ctx.old_logps, ctx.selected)  # (B, T)
+        # (B, T); weighted like TRL's policy loss (entropy / off-policy masks, vLLM importance-sampling ratio).
+        penalty = ctx.weighted(kl_cov_penalty(ctx.logps, ctx.old_logps, ctx.selected))
         coll = self.trainer.ext_collectives
         stats = coll.all_sum(torch.stack([penalty.detach().sum(), ctx.selected.sum().float()]))
         self.log_metric(ctx.mode, "kl_cov/penalty_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
