@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -12,6 +13,8 @@ from ..core.aepo import aepo_per_token_loss, aepo_select, aepo_temperature, high
 from ..core.state import state_number
 from ..trl_compat import combined_rewards, vllm_importance_sampling_ratio
 from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, LossContext
+
+logger = logging.getLogger(__name__)
 
 ENTROPY_CONTROLS.register("none")(None)
 
@@ -47,6 +50,15 @@ class AEPO(Extension):
 
     def __init__(self, trainer):
         super().__init__(trainer)
+        args = self.args
+        if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_enable_sleep_mode:
+            # Sleep level 2 discards vLLM's weights after every generate: AEPO's second generation of the batch must
+            # push them again (in server mode, or colocated without sleep, the same step's weights are not re-sent).
+            logger.warning(
+                "entropy_control='aepo' with vllm_enable_sleep_mode: every generation batch pushes the weights to "
+                "vLLM twice (TRL's generation, then AEPO's regeneration), because sleep mode discards them after each "
+                "generate. Turn vllm_enable_sleep_mode off if memory allows."
+            )
         self.last_entropy: float | None = None
         self.temperature: float | None = None
         self._chunks: list[dict[str, torch.Tensor]] = []

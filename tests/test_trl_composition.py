@@ -1,0 +1,431 @@
+"""The families compose with TRL 1.16's own features: its masks, clips, modes, evaluation and generation backends.
+
+Each test names the issue-13 cell it covers; the full feature x family sweep is tests/test_compat_matrix.py.
+"""
+
+import logging
+import math
+
+import pytest
+import torch
+from conftest import last_logs, policy_logps, scored_batch
+
+from trl_grpo_ext import GRPOExtConfig, testkit
+from trl_grpo_ext.core.aepo import high_entropy_mask
+from trl_grpo_ext.core.diversity import distinct_n_batch
+from trl_grpo_ext.families.sample_filter import KEEP_KEY
+from trl_grpo_ext.trl_compat import aggregate_like_loss_type, vllm_importance_sampling_ratio
+
+
+def _micro_batch(trainer, dataset, seed=0):
+    out = scored_batch(trainer, dataset)
+    gen = torch.Generator().manual_seed(seed)
+    out["advantages"] = torch.randn(out["advantages"].shape, generator=gen)
+    return out
+
+
+def _capture_selection(trainer):
+    """Replace the token clip by a subclass that records each call's selection and policy mask."""
+    ext = trainer.extensions["token_clip"]
+    seen = []
+
+    class Capture(type(ext)):
+        def modify_logps(self, logps, ctx):
+            out = super().modify_logps(logps, ctx)
+            seen.append((ctx.selected.clone(), ctx.policy_mask.clone()))
+            return out
+
+    trainer.extensions["token_clip"] = Capture(trainer)
+    return seen
+
+
+def _spy_entropy_masks(trainer, monkeypatch):
+    masks = []
+    original = trainer.get_high_entropy_mask
+
+    def spy(entropies, mask, threshold):
+        result = original(entropies, mask, threshold)
+        masks.append(result.clone())
+        return result
+
+    monkeypatch.setattr(trainer, "get_high_entropy_mask", spy)
+    return masks
+
+
+CLIPS = {
+    "clip_cov": dict(token_clip="clip_cov", clip_cov_ratio=0.3, clip_cov_lb=-100.0, clip_cov_ub=100.0),
+    "kl_cov": dict(token_clip="kl_cov", num_iterations=2, kl_cov_ratio=0.3),
+}
+
+
+# ---------------------------------------------------------------------------------------------- item 3: masks
+@pytest.mark.filterwarnings("ignore:.*not a percentage")
+@pytest.mark.parametrize("clip", list(CLIPS))
+def test_token_clips_select_only_tokens_trls_entropy_mask_trains(make_trainer, train_dataset, monkeypatch, clip):
+    trainer = make_trainer(top_entropy_quantile=0.2, max_completion_length=8, **CLIPS[clip])
+    seen = _capture_selection(trainer)
+    masks = _spy_entropy_masks(trainer, monkeypatch)
+    inputs = _micro_batch(trainer, train_dataset)
+    trainer._compute_loss(trainer.model, inputs)
+    assert len(masks) == 2  # ours (in the log-prob hook), then TRL's own, on the same entropies
+    torch.testing.assert_close(masks[0], masks[1])
+    selected, policy_mask = seen[-1]
+    torch.testing.assert_close(policy_mask, masks[1])
+    assert selected.any()
+    assert not (selected & ~masks[1]).any(), "a selection fell on a token TRL's entropy mask excludes"
+
+
+@pytest.mark.filterwarnings("ignore:.*not a percentage")
+def test_kl_cov_penalty_carries_trls_masks_and_vllm_is_ratio(make_trainer, train_dataset):
+    """Loss(with KL-Cov) - loss(without) = coef x aggregate(|logp - old| x selected x off-policy mask x IS ratio)."""
+    trainer = make_trainer(
+        off_policy_mask_threshold=0.05, loss_type="dr_grpo", kl_cov_coef=0.7, max_completion_length=8, **CLIPS["kl_cov"]
+    )
+    seen = _capture_selection(trainer)
+    inputs = _micro_batch(trainer, train_dataset)
+    gen = torch.Generator().manual_seed(1)
+    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.5 * torch.randn(
+        inputs["old_per_token_logps"].shape, generator=gen
+    )
+    rows = inputs["advantages"].size(0)
+    ratio = torch.linspace(0.0, 2.0, rows).unsqueeze(1)  # (B, 1), row 0 masked by vLLM's sequence_mask mode
+    inputs["importance_sampling_ratio"] = ratio
+    trainer.use_vllm = True  # only the loss's IS branch reads these two
+    trainer.vllm_importance_sampling_correction = True
+    with_penalty = trainer._compute_loss(trainer.model, inputs).detach()
+    selected, policy_mask = seen[-1]
+    ext = trainer.extensions.pop("token_clip")
+    without = trainer._compute_loss(trainer.model, inputs).detach()
+    trainer.extensions["token_clip"] = ext
+    with torch.no_grad():
+        current = policy_logps(trainer, inputs)
+    mask = inputs["completion_mask"]
+    advantages = inputs["advantages"].unsqueeze(1)
+    kl = (inputs["old_per_token_logps"] - current) * mask
+    off_policy = ((advantages >= 0) | ((kl.sum(1, keepdim=True) / mask.sum(1, keepdim=True)) <= 0.05)).float()
+    assert (off_policy == 0).any() and (off_policy == 1).any(), "the test needs both kept and dropped sequences"
+    weight = off_policy * ratio
+    torch.testing.assert_close(policy_mask, mask.bool() & (weight.expand_as(mask) > 0))
+    assert not (selected & ~policy_mask).any()
+    penalty = (current - inputs["old_per_token_logps"]).abs() * selected * weight
+    expected = 0.7 * aggregate_like_loss_type(
+        penalty,
+        mask,
+        loss_type="dr_grpo",
+        training=True,
+        gradient_accumulation_steps=1,
+        steps_per_generation=trainer.args.steps_per_generation,
+        num_processes=1,
+        max_completion_length=trainer.max_completion_length,
+        num_items_in_batch=inputs["num_items_in_batch"],
+    )
+    torch.testing.assert_close(with_penalty - without, expected)
+
+
+def test_policy_weight_is_none_when_trl_applies_no_factor(make_trainer, train_dataset):
+    trainer = make_trainer(**CLIPS["clip_cov"])
+    seen = _capture_selection(trainer)
+    inputs = _micro_batch(trainer, train_dataset)
+    trainer._compute_loss(trainer.model, inputs)
+    _, policy_mask = seen[-1]
+    torch.testing.assert_close(policy_mask, inputs["completion_mask"].bool())
+
+
+def test_high_entropy_mask_hand_computed():
+    entropies = torch.tensor([[0.1, 0.9, 0.5, 7.0], [0.3, 0.7, 0.2, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    # valid entropies 0.1 0.9 0.5 0.3 0.7 0.2 0.0: top 3/7 -> the 1 - 3/7 quantile = 0.5 -> 0.9, 0.5, 0.7
+    kept = high_entropy_mask(entropies, mask, quantile=3 / 7)
+    expected = torch.tensor([[False, True, True, False], [False, True, False, False]])
+    torch.testing.assert_close(kept, expected)
+    torch.testing.assert_close(high_entropy_mask(entropies, mask, quantile=1.0), mask.bool())
+    assert not high_entropy_mask(entropies, torch.zeros_like(mask), quantile=0.5).any()
+
+
+def test_vllm_importance_sampling_ratio_hand_computed():
+    old = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
+    sampling = torch.tensor([[-1.5, -1.0, float("nan")], [-1.0, -3.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    # per-token differences: [0.5, -1, 0 (NaN)], [0, 2, 0 (masked)]
+    token = vllm_importance_sampling_ratio(old, sampling, mask, mode="token_truncate", clip_min=0.5, clip_max=3.0)
+    expected = torch.tensor([[math.exp(0.5), 0.5, 1.0], [1.0, 3.0, 1.0]])
+    torch.testing.assert_close(token, expected)
+    seq = vllm_importance_sampling_ratio(old, sampling, mask, mode="sequence_mask", clip_min=None, clip_max=3.0)
+    torch.testing.assert_close(seq, torch.tensor([[math.exp(-0.5)], [0.0]]))  # e^2 > 3: masked
+    with pytest.raises(ValueError, match="token_truncate"):
+        vllm_importance_sampling_ratio(old, sampling, mask, mode="bogus", clip_min=None, clip_max=None)
+
+
+# ---------------------------------------------------------------------------------------------- item 2: KL-Cov clips
+def test_kl_cov_keeps_trls_clip_when_asked(make_trainer):
+    trainer = make_trainer(
+        token_clip="kl_cov", num_iterations=2, loss_type="cispo", epsilon_high=5.0, kl_cov_ppo_clip=True
+    )
+    assert trainer.epsilon_high == 5.0
+
+
+# ---------------------------------------------------------------------------------------------- item 1: AEPO masks
+def _scripted_rollout(env_mask_pattern):
+    """A ``rollout_func`` that writes random digits and marks positions of ``env_mask_pattern`` (0) as env text."""
+
+    def rollout(prompts, trainer):
+        tok = trainer.processing_class
+        gen = torch.Generator().manual_seed(trainer.state.global_step * 7919 + len(prompts))
+        digits = tok.convert_tokens_to_ids(list("0123456789"))
+        prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        width = len(env_mask_pattern)
+        picks = torch.randint(0, 10, (len(prompts), width), generator=gen).tolist()
+        completion_ids = [[digits[d] for d in row] for row in picks]
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,
+            "env_mask": [list(env_mask_pattern) for _ in prompts],
+        }
+
+    return rollout
+
+
+def _ones_reward(completions, **kwargs):
+    return [float(str(c).count("1") + str(c).count("7")) for c in completions]
+
+
+def test_aepo_keeps_the_env_mask_of_a_rollout_func(make_trainer):
+    pattern = [1, 1, 0, 0, 1, 1]
+    trainer = make_trainer(
+        entropy_control="aepo",
+        aepo_adv_threshold=0.0,
+        max_completion_length=len(pattern),
+        max_steps=2,
+        reward_funcs=[_ones_reward],
+        trainer_kwargs={"rollout_func": _scripted_rollout(pattern)},
+    )
+    aepo = trainer.extensions["entropy_control"]
+    masks = []
+    original = aepo._build_chunks
+
+    def spy(*args, **kwargs):
+        chunks = original(*args, **kwargs)
+        masks.extend(c["loss_mask"] for c in chunks if c)
+        return chunks
+
+    aepo._build_chunks = spy
+    trainer.train()
+    logs = last_logs(trainer)
+    assert all(math.isfinite(h["loss"]) for h in logs)
+    assert masks and sum(h["aepo/samples_used"] for h in logs) > 0
+    for mask in masks:
+        torch.testing.assert_close(mask, torch.tensor([pattern] * mask.size(0)))
+
+
+def test_aepo_masks_truncated_completions_like_trl(make_trainer, train_dataset):
+    trainer = make_trainer(entropy_control="aepo", mask_truncated_completions=True, max_completion_length=3)
+    aepo = trainer.extensions["entropy_control"]
+    eos = trainer.eos_token_ids[0]
+    chunks = aepo._build_chunks([[5, 6], [5, 6]], [[7, 8, 9], [7, eos]], [0, 1])
+    rows = torch.cat([c["loss_mask"] for c in chunks if c] if len(chunks) > 1 else [chunks[0]["loss_mask"]])
+    torch.testing.assert_close(rows, torch.tensor([[0, 0, 0], [1, 1, 0]]))
+
+
+def test_aepo_refuses_environment_factory(make_trainer):
+    with pytest.raises(ValueError, match="environment_factory") as err:
+        make_trainer(entropy_control="aepo", trainer_kwargs={"environment_factory": lambda: object()})
+    assert "entropy_control='none'" in str(err.value)
+
+
+def test_aepo_term_only_on_high_entropy_tokens(make_trainer, train_dataset):
+    trainer = make_trainer(entropy_control="aepo", top_entropy_quantile=0.25, max_completion_length=8)
+    aepo = trainer.extensions["entropy_control"]
+    out = scored_batch(trainer, train_dataset)
+    prompt_ids = [row[m.bool()].tolist() for row, m in zip(out["prompt_ids"], out["prompt_mask"], strict=True)]
+    pairs = zip(out["completion_ids"], out["completion_mask"], strict=True)
+    completion_ids = [row[m.bool()].tolist() for row, m in pairs]
+    aepo._chunks = aepo._build_chunks(prompt_ids, completion_ids, list(range(len(prompt_ids))))
+    chunk = aepo._chunks[0]
+    logps, entropies = aepo._logps(trainer.model, chunk, compute_entropy=True)
+    logps.retain_grad()
+    captured = {}
+    original = aepo._logps
+
+    def keep(model, c, *, compute_entropy=False):
+        lp, ent = original(model, c, compute_entropy=compute_entropy)
+        lp.retain_grad()
+        captured["logps"] = lp
+        return lp, ent
+
+    aepo._logps = keep
+    from trl_grpo_ext.families.base import LossContext
+
+    ctx = LossContext(inputs={}, mask=torch.ones(1, 1), mode="train")
+    trainer._step = 0
+    aepo.extra_loss(ctx).backward()
+    grad = captured["logps"].grad
+    expected = high_entropy_mask(entropies.detach(), chunk["loss_mask"], quantile=0.25)
+    assert expected.any() and (~expected & chunk["loss_mask"].bool()).any()
+    assert torch.equal(grad != 0, expected)
+
+
+# ---------------------------------------------------------------------------------------------- item 4: evaluation
+def test_monitor_reads_training_batches_only_and_logs_eval_diversity(make_trainer, train_dataset):
+    trainer = make_trainer(
+        steps_per_generation=2,
+        max_steps=4,
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=8,
+        diversity_metrics=["distinct", "repetition"],
+        trainer_kwargs={"eval_dataset": testkit.arithmetic_dataset(4, seed=9)},
+    )
+    fed = []
+    observe = trainer.collapse_monitor.observe_generation
+
+    def spy(ids, mask, group_size, mode):
+        fed.append((mode, distinct_n_batch(ids, mask, 2)))
+        observe(ids, mask, group_size, mode)
+
+    trainer.collapse_monitor.observe_generation = spy
+    trainer.train()
+    train_values = [v for mode, v in fed if mode == "train"]
+    assert len(train_values) == 2 and any(mode == "eval" for mode, _ in fed)
+    history = trainer.state.log_history
+    logged = [h["diversity/distinct_2"] for h in history if "diversity/distinct_2" in h]
+    assert logged == pytest.approx(train_values)  # one value per training generation batch, none from eval
+    assert any("eval_diversity/distinct_2" in h for h in history)
+    assert not any("alarm/collapse" in h and "eval_loss" in h for h in history)
+
+
+def test_plain_trl_trainer_monitor_skips_eval_completions(tiny_model_path, tokenizer, train_dataset, tmp_path):
+    from conftest import TINY_ARGS
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    args = GRPOConfig(
+        **{**TINY_ARGS, "max_steps": 4},
+        output_dir=str(tmp_path),
+        steps_per_generation=2,
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=8,
+    )
+    trainer = GRPOTrainer(
+        model=tiny_model_path,
+        reward_funcs=[testkit.exact_match_reward],
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=testkit.arithmetic_dataset(4, seed=9),
+        processing_class=tokenizer,
+    )
+    trainer.add_callback(CollapseMonitor(trainer, metrics=["distinct"]))
+    trainer.train()
+    steps = [h["step"] for h in trainer.state.log_history if "diversity/distinct_2" in h]
+    assert steps == [1, 3]  # generation steps only; steps 2 and 4 reuse the batch and must not read eval text
+
+
+def test_kl_diversity_and_monitor_measure_the_same_ids(make_trainer):
+    trainer = make_trainer(
+        kl_control="diversity",
+        beta=0.04,
+        kl_diversity_n=2,
+        diversity_metrics=["distinct"],
+        max_completion_length=8,
+        max_steps=2,
+    )
+    trainer.train()
+    for h in last_logs(trainer):
+        assert h["kl/diversity"] == pytest.approx(h["diversity/distinct_2"], rel=1e-6)
+
+
+def test_sample_filter_is_off_in_evaluation_unless_asked(make_trainer, train_dataset):
+    trainer = make_trainer(sample_filter="best_of_n")
+    out = scored_batch(trainer, train_dataset, mode="eval")
+    assert KEEP_KEY not in out and "tool_mask" not in out
+    trainer = make_trainer(sample_filter="best_of_n", pf_filter_eval=True)
+    out = scored_batch(trainer, train_dataset, mode="eval")
+    assert int(out[KEEP_KEY].sum()) == out[KEEP_KEY].numel() // trainer.num_generations_eval
+
+
+# ---------------------------------------------------------------------------------------------- item 5
+def test_population_std_without_scaling_is_refused():
+    with pytest.raises(ValueError, match="scale_rewards='none'"):
+        GRPOExtConfig(
+            output_dir="x", advantage_std="population", scale_rewards="none", report_to="none", use_cpu=True, bf16=False
+        )
+
+
+def test_best_of_n_ranks_by_trls_advantage_under_normalize_then_sum(make_trainer, train_dataset):
+    trainer = make_trainer(sample_filter="best_of_n", multi_objective_aggregation="normalize_then_sum")
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    # One group of 4: function 0 spreads widely, function 1 narrowly. The raw sum ranks row 0 first (10.0 + 0);
+    # normalised per function, row 1 wins (function 1's outlier counts as much as function 0's).
+    rewards_per_func = torch.tensor([[10.0, 0.0], [9.0, 1.0], [0.0, 0.0], [9.5, 0.0]])
+    advantages = torch.tensor([0.2, 1.5, -1.8, 0.1])
+    trainer._ext_rewards_per_func = rewards_per_func
+    trainer._ext_reward_call = dict(inputs=[{}] * 4, prompts=["p"] * 4, completions=["c"] * 4, completion_ids_list=[])
+    output = {
+        "completion_ids": torch.ones(4, 3, dtype=torch.long),
+        "completion_mask": torch.ones(4, 3, dtype=torch.long),
+        "advantages": advantages.clone(),
+    }
+    trainer._on_generation(output)
+    torch.testing.assert_close(output[KEEP_KEY], torch.tensor([False, True, False, False]))
+
+
+# ---------------------------------------------------------------------------------------------- item 6: vLLM (faked)
+class FakeVLLMGeneration:
+    """Stands for TRL's ``VLLMGeneration``: records the temperature of each generate call and weight syncs."""
+
+    def __init__(self, tokenizer, temperature=1.0):
+        self.temperature = temperature
+        self.calls = []
+        self.syncs = 0
+        self.digit = tokenizer.convert_tokens_to_ids("1")
+
+    def sync_weights(self):
+        self.syncs += 1
+
+    def generate(self, prompts, images, num_generations, profiler):
+        self.calls.append(self.temperature)
+        completion_ids = [[self.digit, self.digit] for _ in prompts]
+        logprobs = [[[-0.5], [-0.7]] for _ in prompts]
+        return prompts, completion_ids, logprobs, None
+
+
+def test_aepo_switches_vllm_temperature_per_call_without_a_second_sync(make_trainer, train_dataset):
+    trainer = make_trainer(entropy_control="aepo")
+    fake = FakeVLLMGeneration(trainer.processing_class, temperature=1.0)
+    trainer.use_vllm = True
+    trainer.vllm_generation = fake
+    trainer._last_loaded_step = trainer.state.global_step  # TRL's own generation of this step synced already
+    aepo = trainer.extensions["entropy_control"]
+    prompts = [train_dataset[0]["prompt"]] * 4
+    _, completion_ids, _, _, logprobs, _, _, _ = aepo._generate_at(1.2, prompts)
+    assert fake.calls == [1.2] and fake.temperature == 1.0  # set for the call, restored after
+    assert fake.syncs == 0  # same step: the weights vLLM holds are current
+    assert logprobs == [[-0.5, -0.7]] * 4  # vLLM's sampling log-probs reach AEPO (for the IS correction)
+    trainer.vllm_importance_sampling_correction = True
+    chunks = aepo._build_chunks(
+        [trainer.processing_class(p)["input_ids"] for p in prompts], completion_ids, [0, 1], logprobs=logprobs
+    )
+    old = chunks[0]["old_logps"]
+    expected = vllm_importance_sampling_ratio(
+        old,
+        torch.tensor([[-0.5, -0.7]] * 2),
+        chunks[0]["loss_mask"].float(),
+        mode=trainer.vllm_importance_sampling_mode,
+        clip_min=trainer.args.vllm_importance_sampling_clip_min,
+        clip_max=trainer.args.vllm_importance_sampling_clip_max,
+    )
+    torch.testing.assert_close(chunks[0]["is_ratio"], expected)
+
+
+def test_aepo_warns_that_sleep_mode_costs_a_second_weight_push(make_trainer, caplog, monkeypatch):
+    from trl_grpo_ext.families.entropy_control import AEPO
+
+    trainer = make_trainer(entropy_control="aepo")
+    monkeypatch.setattr(trainer.args, "use_vllm", True)
+    monkeypatch.setattr(trainer.args, "vllm_enable_sleep_mode", True)
+    with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
+        AEPO(trainer)
+    assert "pushes the weights to vLLM twice" in caplog.text
