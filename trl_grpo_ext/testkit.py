@@ -43,7 +43,15 @@ def build_char_tokenizer(chars: str = DEFAULT_CHARS):
     )
 
 
-def tiny_config(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, **kwargs):
+def tiny_config(
+    tokenizer,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_position_embeddings: int = 256,
+    **kwargs,
+):
     """A Llama-architecture config sized for CPU tests.
 
     Llama rather than Qwen2: transformers 5 forces its own ``Qwen2Tokenizer`` on any folder whose config says
@@ -58,7 +66,7 @@ def tiny_config(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_he
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
-        max_position_embeddings=256,
+        max_position_embeddings=max_position_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
@@ -67,12 +75,27 @@ def tiny_config(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_he
     )
 
 
-def build_tiny_model(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0):
-    """A random causal LM (Llama architecture, about 0.1M parameters at the defaults) for CPU tests."""
+def build_tiny_model(
+    tokenizer,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    seed: int = 0,
+    max_position_embeddings: int = 256,
+):
+    """A random causal LM (Llama architecture, about 0.1M parameters at the defaults) for CPU tests.
+    ``max_position_embeddings``: raise it for long prompts (a chat template that renders tool schemas)."""
     import torch
     from transformers import LlamaForCausalLM
 
-    config = tiny_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads)
+    config = tiny_config(
+        tokenizer,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
