@@ -85,6 +85,31 @@ def scored_batch(trainer, dataset, num_prompts: int = 2, mode: str = "train"):
     return trainer._generate_and_score_completions(rows)
 
 
+def random_advantage_batch(trainer, dataset, seed=0):
+    """A scored training batch whose advantages are replaced by seeded normal noise (every token carries signal)."""
+    out = scored_batch(trainer, dataset)
+    gen = torch.Generator().manual_seed(seed)
+    out["advantages"] = torch.randn(out["advantages"].shape, generator=gen)
+    return out
+
+
+def aggregate_single_process(trainer, per_token, inputs, loss_type):
+    """``aggregate_like_loss_type`` for one training micro-batch on one process (no accumulation)."""
+    from trl_grpo_ext.trl_compat import aggregate_like_loss_type
+
+    return aggregate_like_loss_type(
+        per_token,
+        inputs["completion_mask"],
+        loss_type=loss_type,
+        training=True,
+        gradient_accumulation_steps=1,
+        steps_per_generation=trainer.args.steps_per_generation,
+        num_processes=1,
+        max_completion_length=trainer.max_completion_length,
+        num_items_in_batch=inputs["num_items_in_batch"],
+    )
+
+
 class LogpProbe:
     """Extension that keeps the differentiable log-probs of the last loss call (``.logps.grad`` after backward)."""
 

@@ -6,13 +6,12 @@ import math
 
 import pytest
 import torch
-from conftest import LogpProbe, last_logs, scored_batch
+from conftest import LogpProbe, aggregate_single_process, last_logs, random_advantage_batch, scored_batch
 from transformers import AutoModelForCausalLM
 
 from trl_grpo_ext import GRPOExtTrainer
 from trl_grpo_ext.core import kl_cov_mask
 from trl_grpo_ext.families.sample_filter import KEEP_KEY
-from trl_grpo_ext.trl_compat import aggregate_like_loss_type
 
 FEATURES = {
     "population_std": dict(advantage_std="population"),
@@ -103,20 +102,13 @@ def test_population_std_advantages_in_batch(make_trainer, train_dataset):
     torch.testing.assert_close(torch.tensor(list(trainer._logs["advantages"])), expected)
 
 
-def _micro_batch(trainer, train_dataset, seed=0):
-    out = scored_batch(trainer, train_dataset)
-    gen = torch.Generator().manual_seed(seed)
-    out["advantages"] = torch.randn(out["advantages"].shape, generator=gen)
-    return out
-
-
 @pytest.mark.filterwarnings("ignore:.*not a percentage")  # a large ratio on purpose: many tokens
 def test_clip_cov_removes_exactly_the_selected_tokens_policy_gradient(make_trainer, train_dataset):
     trainer = make_trainer(
         token_clip="clip_cov", clip_cov_ratio=0.25, clip_cov_lb=-100.0, clip_cov_ub=100.0, beta=0.1, loss_type="bnpo"
     )
     probe = LogpProbe().install(trainer)
-    inputs = _micro_batch(trainer, train_dataset)
+    inputs = random_advantage_batch(trainer, train_dataset)
     inputs["ref_per_token_logps"] = inputs["ref_per_token_logps"] + 0.5  # a non-zero KL gradient everywhere
     loss = trainer._compute_loss(trainer.model, inputs)
     loss.backward()
@@ -156,7 +148,7 @@ def test_kl_cov_penalty_value_and_gradient(make_trainer, train_dataset):
     )
     assert trainer.epsilon_low == math.inf and trainer.epsilon_high == math.inf  # paper: no PPO clip
     probe = LogpProbe().install(trainer)
-    inputs = _micro_batch(trainer, train_dataset)
+    inputs = random_advantage_batch(trainer, train_dataset)
     old = inputs["old_per_token_logps"] + 0.3 * torch.randn(inputs["old_per_token_logps"].shape)
     inputs["old_per_token_logps"] = old
     with_penalty = trainer._compute_loss(trainer.model, inputs)
@@ -172,17 +164,7 @@ def test_kl_cov_penalty_value_and_gradient(make_trainer, train_dataset):
     grad_without = probe.logps.grad.clone()
 
     def agg(x):
-        return aggregate_like_loss_type(
-            x,
-            mask,
-            loss_type="dr_grpo",
-            training=True,
-            gradient_accumulation_steps=1,
-            steps_per_generation=trainer.args.steps_per_generation,
-            num_processes=1,
-            max_completion_length=trainer.max_completion_length,
-            num_items_in_batch=inputs["num_items_in_batch"],
-        )
+        return aggregate_single_process(trainer, x, inputs, "dr_grpo")
 
     torch.testing.assert_close(with_penalty - without, 0.7 * agg((logps - old).abs() * sel))
     weights = torch.zeros_like(logps, requires_grad=True)

@@ -8,20 +8,13 @@ import math
 
 import pytest
 import torch
-from conftest import last_logs, policy_logps, scored_batch
+from conftest import aggregate_single_process, last_logs, policy_logps, random_advantage_batch, scored_batch
 
 from trl_grpo_ext import GRPOExtConfig, testkit
 from trl_grpo_ext.core.aepo import high_entropy_mask
 from trl_grpo_ext.core.diversity import distinct_n_batch
 from trl_grpo_ext.families.sample_filter import KEEP_KEY
-from trl_grpo_ext.trl_compat import aggregate_like_loss_type, vllm_importance_sampling_ratio
-
-
-def _micro_batch(trainer, dataset, seed=0):
-    out = scored_batch(trainer, dataset)
-    gen = torch.Generator().manual_seed(seed)
-    out["advantages"] = torch.randn(out["advantages"].shape, generator=gen)
-    return out
+from trl_grpo_ext.trl_compat import vllm_importance_sampling_ratio
 
 
 def _capture_selection(trainer):
@@ -65,7 +58,7 @@ def test_token_clips_select_only_tokens_trls_entropy_mask_trains(make_trainer, t
     trainer = make_trainer(top_entropy_quantile=0.2, max_completion_length=8, **CLIPS[clip])
     seen = _capture_selection(trainer)
     masks = _spy_entropy_masks(trainer, monkeypatch)
-    inputs = _micro_batch(trainer, train_dataset)
+    inputs = random_advantage_batch(trainer, train_dataset)
     trainer._compute_loss(trainer.model, inputs)
     assert len(masks) == 2  # ours (in the log-prob hook), then TRL's own, on the same entropies
     torch.testing.assert_close(masks[0], masks[1])
@@ -82,7 +75,7 @@ def test_kl_cov_penalty_carries_trls_masks_and_vllm_is_ratio(make_trainer, train
         off_policy_mask_threshold=0.05, loss_type="dr_grpo", kl_cov_coef=0.7, max_completion_length=8, **CLIPS["kl_cov"]
     )
     seen = _capture_selection(trainer)
-    inputs = _micro_batch(trainer, train_dataset)
+    inputs = random_advantage_batch(trainer, train_dataset)
     gen = torch.Generator().manual_seed(1)
     inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.5 * torch.randn(
         inputs["old_per_token_logps"].shape, generator=gen
@@ -108,24 +101,14 @@ def test_kl_cov_penalty_carries_trls_masks_and_vllm_is_ratio(make_trainer, train
     torch.testing.assert_close(policy_mask, mask.bool() & (weight.expand_as(mask) > 0))
     assert not (selected & ~policy_mask).any()
     penalty = (current - inputs["old_per_token_logps"]).abs() * selected * weight
-    expected = 0.7 * aggregate_like_loss_type(
-        penalty,
-        mask,
-        loss_type="dr_grpo",
-        training=True,
-        gradient_accumulation_steps=1,
-        steps_per_generation=trainer.args.steps_per_generation,
-        num_processes=1,
-        max_completion_length=trainer.max_completion_length,
-        num_items_in_batch=inputs["num_items_in_batch"],
-    )
+    expected = 0.7 * aggregate_single_process(trainer, penalty, inputs, "dr_grpo")
     torch.testing.assert_close(with_penalty - without, expected)
 
 
 def test_policy_weight_is_none_when_trl_applies_no_factor(make_trainer, train_dataset):
     trainer = make_trainer(**CLIPS["clip_cov"])
     seen = _capture_selection(trainer)
-    inputs = _micro_batch(trainer, train_dataset)
+    inputs = random_advantage_batch(trainer, train_dataset)
     trainer._compute_loss(trainer.model, inputs)
     _, policy_mask = seen[-1]
     torch.testing.assert_close(policy_mask, inputs["completion_mask"].bool())
