@@ -76,6 +76,59 @@ CONFIG_ERRORS = [
     ("entropy_control", dict(entropy_control="bonus")),
     ("advantage_estimator", dict(advantage_estimator="gae")),
     ("ext_resume_state", dict(ext_resume_state="skip")),
+    ("advantage_std", dict(advantage_std="unbiased")),
+    ("token_clip_scope", dict(token_clip="clip_cov", token_clip_scope="world")),
+    ("prm_std", dict(advantage_estimator="prm", prm_std="biased")),
+    ("prm_model_type", dict(advantage_estimator="prm", prm_model_type="seq2seq")),
+    ("diversity_metrics", dict(diversity_metrics=["distinct", "perplexity"])),
+    ("collapse_action", dict(diversity_metrics=["entropy"], collapse_action="email")),
+    # more out of range
+    ("kl_beta_max", dict(ADAPTIVE, kl_beta_min=0.1, kl_beta_max=0.01)),
+    ("kl_beta_min", dict(ADAPTIVE, kl_beta_min=0.0)),
+    ("kl_target", dict(ADAPTIVE, kl_target=0.0)),
+    ("kl_target", dict(ADAPTIVE, kl_target=-0.1)),
+    ("kl_horizon", dict(ADAPTIVE, kl_horizon=0)),
+    ("kl_diversity_target", dict(kl_control="diversity", beta=0.04, kl_diversity_target=0.0)),
+    ("kl_diversity_target", dict(kl_control="diversity", beta=0.04, kl_diversity_target=1.5)),
+    ("aepo_target_entropy", dict(AEPO, aepo_target_entropy=0.0)),
+    ("aepo_target_entropy", dict(AEPO, aepo_target_entropy=-1.0)),
+    ("aepo_temperature_low", dict(AEPO, aepo_temperature_low=1.5, aepo_temperature_high=1.2)),
+    ("aepo_coef", dict(AEPO, aepo_coef=0.0)),
+    ("aepo_coef", dict(AEPO, aepo_coef=-1.0)),
+    ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=-0.1)),
+    ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=NAN)),
+    ("kl_cov_ratio", dict(KL_COV, kl_cov_ratio=0.0)),
+    ("clip_cov_lb", dict(token_clip="clip_cov", clip_cov_lb=5.0, clip_cov_ub=1.0)),
+    ("kl_cov_coef", dict(KL_COV, kl_cov_coef=0.0)),
+    ("eval_pass_at_k", dict(eval_pass_at_k=[1, 8], num_generations=4)),
+    # combinations that cannot work, or would silently do nothing
+    ("beta", dict(kl_control="adaptive", beta=0.0)),
+    ("beta", dict(kl_control="adaptive", beta=2.0)),
+    ("beta", dict(kl_control="diversity", beta=0.0)),
+    ("token_clip", dict(token_clip="kl_cov")),  # on-policy: |logp - old_logp| is 0
+    ("token_clip", dict(token_clip="clip_cov", importance_sampling_level="sequence")),
+    ("kl_cov_ppo_clip", dict(KL_COV, epsilon_high=0.28)),
+    ("kl_cov_ppo_clip", dict(KL_COV, loss_type="cispo")),
+    ("advantage_std", dict(advantage_std="population", scale_rewards="none")),
+    ("advantage_std", dict(advantage_std="population", multi_objective_aggregation="normalize_then_sum")),
+    ("prm_model_name_or_path", dict(prm_model_name_or_path="some/prm")),
+    ("prm_step_separator", dict(advantage_estimator="prm", prm_step_separator="")),
+    ("entropy_control", dict(AEPO, entropy_coef=0.01)),
+    ("entropy_control", dict(AEPO, use_adaptive_entropy=True)),
+    ("collapse_entropy_min", dict(diversity_metrics=["distinct"], collapse_entropy_min=0.1)),
+    ("collapse_distinct2_drop", dict(diversity_metrics=["entropy"], collapse_distinct2_drop=0.5)),
+    ("collapse_repetition_max", dict(diversity_metrics=["distinct"], collapse_repetition_max=0.5)),
+    # more wrong types
+    ("prm_step_separator_token_id", dict(advantage_estimator="prm", prm_step_separator_token_id=1.5)),
+    ("prm_step_separator_token_id", dict(advantage_estimator="prm", prm_step_separator_token_id=True)),
+    ("prm_batch_size", dict(advantage_estimator="prm", prm_batch_size=True)),
+    ("diversity_repetition_n", dict(diversity_metrics=["repetition"], diversity_repetition_n=2.5)),
+    ("kl_diversity_n", dict(kl_control="diversity", beta=0.04, kl_diversity_n=True)),
+    ("reward_weights", dict(reward_weights=["1.0"])),
+    ("eval_pass_at_k", dict(eval_pass_at_k=["1"])),
+    ("eval_pass_at_k", dict(eval_pass_at_k=4)),
+    ("aepo_max_samples", dict(AEPO, aepo_max_samples="60")),
+    ("kl_beta_max", dict(ADAPTIVE, kl_beta_max=None)),
 ]
 
 
@@ -365,3 +418,297 @@ def test_missing_prm_folder_is_named(tmp_path):
 
     with pytest.raises(ValueError, match="no such folder"):
         CausalLMPRM(str(tmp_path / "no-prm-here"), step_tag="#")
+
+
+# ------------------------------------------------------------------ trainer construction
+def _env_factory():
+    return object()
+
+
+# (what the error says, make_trainer keyword arguments)
+TRAINER_ERRORS = [
+    (
+        r"entropy_control='aepo' cannot run with environment_factory",
+        dict(entropy_control="aepo", trainer_kwargs={"environment_factory": _env_factory}),
+    ),
+    (
+        r"step_reward_funcs are used only with advantage_estimator='prm'",
+        dict(trainer_kwargs={"step_reward_funcs": [lambda prompts, completions, steps, **kw: []]}),
+    ),
+    (r"advantage_estimator='prm' needs step rewards", dict(advantage_estimator="prm")),
+    (
+        r"step_reward_funcs\[0\]=42 is not callable",
+        dict(advantage_estimator="prm", trainer_kwargs={"step_reward_funcs": [42]}),
+    ),
+]
+
+
+@pytest.mark.parametrize("message, kwargs", TRAINER_ERRORS, ids=[str(i) for i in range(len(TRAINER_ERRORS))])
+def test_bad_trainer_arguments_are_named(make_trainer, message, kwargs):
+    with pytest.raises((ValueError, TypeError), match=message):
+        make_trainer(**kwargs)
+
+
+# ------------------------------------------------------------------ documented fallbacks of the pure functions
+def _fallbacks():
+    import torch
+
+    from trl_grpo_ext import testkit
+    from trl_grpo_ext.core import (
+        AdaptiveKLController,
+        DiversityKLController,
+        clip_cov_mask,
+        distinct_n_batch,
+        group_relative_advantages,
+        kl_cov_mask,
+        prm_step_advantages,
+        repetition_rates,
+        self_bleu_batch,
+        unique_fraction,
+    )
+    from trl_grpo_ext.core.aepo import aepo_select, high_entropy_mask
+    from trl_grpo_ext.prm.segmentation import segment_completion
+    from trl_grpo_ext.rewards import math_accuracy_reward
+    from trl_grpo_ext.trl_compat import vllm_importance_sampling_ratio
+
+    tok = testkit.build_char_tokenizer()
+
+    def steps(text):
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        return segment_completion(tok, ids, separator="\n").texts
+
+    empty = torch.zeros(0, 4, dtype=torch.long)
+    nothing = torch.zeros(2, 3)
+    controller = AdaptiveKLController(0.04, 0.1, 1000, beta_min=1e-4, beta_max=1.0)
+    diversity = DiversityKLController(0.04, 0.5, 1000, beta_min=1e-4, beta_max=1.0)
+    return [
+        # (input, what it does, callable giving the value, the documented value)
+        (
+            "a None / NaN reward in a group",
+            "left out of the group statistics, advantage 0",
+            lambda: group_relative_advantages(torch.tensor([1.0, NAN, 0.0, 1.0]), 4)[1].item(),
+            0.0,
+        ),
+        (
+            "every reward of a group None",
+            "advantages 0",
+            lambda: group_relative_advantages(torch.tensor([NAN] * 4), 4).tolist(),
+            [0.0] * 4,
+        ),
+        (
+            "equal rewards in a group",
+            "advantages 0 (no signal), not NaN",
+            lambda: group_relative_advantages(torch.ones(4), 4).tolist(),
+            [0.0] * 4,
+        ),
+        (
+            "a None / NaN step score",
+            "counts 0 in the step sums (the other steps keep their advantage)",
+            lambda: prm_step_advantages([[NAN, 1.0], [0.0, 1.0]], [[1, 2], [1, 2]], 2, 3)[0, 0].item(),
+            pytest.approx(0.7070, abs=1e-3),
+        ),
+        ("a completion without the separator", "one step", lambda: steps("1+1=2"), ["1+1=2"]),
+        ("an empty completion (EOS only)", "no step (advantage 0)", lambda: steps(""), []),
+        ("a completion of separators only", "no step", lambda: steps("\n\n\n"), []),
+        ("blank steps between separators", "skipped", lambda: steps("a\n\nb\n"), ["a", "b"]),
+        (
+            "characters the tokenizer does not know",
+            "dropped from the step text; a step left blank is skipped",
+            lambda: steps("é漢\nab"),
+            ["ab"],
+        ),
+        (
+            "kl_control=adaptive with no valid token in a step (NaN KL)",
+            "beta unchanged",
+            lambda: controller.update(NAN, n_steps=8),
+            0.04,
+        ),
+        (
+            "kl_control=diversity with Distinct-N undefined (NaN)",
+            "beta unchanged",
+            lambda: diversity.update(NAN, n_steps=8),
+            0.04,
+        ),
+        (
+            "AEPO samples with equal rewards",
+            "none reinforced",
+            lambda: int(aepo_select(torch.ones(4), 4, adv_threshold=0.05, max_samples=60).sum()),
+            0,
+        ),
+        (
+            "KL-Cov on a micro-batch without valid tokens",
+            "no token selected, no penalty",
+            lambda: bool(kl_cov_mask(nothing, torch.ones(2), nothing, ratio=0.5).any()),
+            False,
+        ),
+        (
+            "Clip-Cov with no token inside [clip_cov_lb, clip_cov_ub]",
+            "no token selected",
+            lambda: bool(clip_cov_mask(nothing, torch.ones(2), torch.ones(2, 3), ratio=0.5, lb=1.0, ub=5.0).any()),
+            False,
+        ),
+        (
+            "top_entropy_quantile on AEPO samples without valid tokens",
+            "no token trains",
+            lambda: bool(high_entropy_mask(torch.ones(2, 3), torch.zeros(2, 3), quantile=0.2).any()),
+            False,
+        ),
+        (
+            "a vLLM sampling log-prob that is NaN",
+            "importance-sampling ratio 1 for that token (TRL's rule)",
+            lambda: vllm_importance_sampling_ratio(
+                torch.tensor([[-1.0]]),
+                torch.tensor([[NAN]]),
+                torch.ones(1, 1),
+                mode="token_mask",
+                clip_min=None,
+                clip_max=3.0,
+            ).item(),
+            1.0,
+        ),
+        ("diversity metrics of an empty batch", "0.0", lambda: distinct_n_batch(empty, empty, 2), 0.0),
+        ("self-BLEU of an empty batch", "0.0", lambda: self_bleu_batch(empty, empty, 4), 0.0),
+        ("unique fraction of an empty batch", "0.0", lambda: unique_fraction(empty, empty, 4), 0.0),
+        (
+            "a completion shorter than the repetition n-gram",
+            "repetition 0",
+            lambda: repetition_rates(torch.tensor([[1, 2]]), torch.ones(1, 2, dtype=torch.long), 3).tolist(),
+            [0.0],
+        ),
+        (
+            "a completion with no parsable answer",
+            "math reward 0.0",
+            lambda: math_accuracy_reward(["no answer here"], solution=["3"]),
+            [0.0],
+        ),
+        (
+            "a reference answer that is None or empty",
+            "math reward None (unscorable, advantage 0)",
+            lambda: math_accuracy_reward(["\\boxed{3}", "\\boxed{3}"], solution=[None, ""]),
+            [None, None],
+        ),
+    ]
+
+
+FALLBACK_NAMES = [row[0] for row in _fallbacks()]
+
+
+@pytest.mark.parametrize("index", range(len(FALLBACK_NAMES)), ids=FALLBACK_NAMES)
+def test_documented_fallback_value(index):
+    _, _, value, expected = _fallbacks()[index]
+    assert value() == expected
+
+
+# ------------------------------------------------------------------ the catalogue behind docs/reliability.md
+def catalogue():
+    """(group, clear errors, documented fallbacks, test names) for every table-driven bad-input case in the suite."""
+    from test_reliability import DAMAGED_FAMILY_STATE, DAMAGED_STATE
+
+    here, reliability = "test_bad_inputs.py", "test_reliability.py"
+    return [
+        ("config values and combinations", len(CONFIG_ERRORS), 0, here, ["test_bad_config_value_is_a_clear_error"]),
+        (
+            "trainer arguments, dataset size",
+            len(TRAINER_ERRORS) + 3,
+            0,
+            here,
+            [
+                "test_bad_trainer_arguments_are_named",
+                "test_dataset_smaller_than_one_generation_batch_is_an_error",
+                "test_step_reward_source_given_by_name_is_named",
+            ],
+        ),
+        (
+            "outcome and step reward outputs",
+            len(REWARD_ERRORS) + len(STEP_ERRORS),
+            3,
+            here,
+            [
+                "test_reward_that_would_overflow_the_group_statistics_is_refused",
+                "test_bad_step_reward_output_is_named",
+                "test_step_scores_as_generators_tensors_and_numpy_are_accepted",
+            ],
+        ),
+        (
+            "diversity metric arguments",
+            len(_diversity_calls()),
+            0,
+            here,
+            ["test_diversity_metric_bad_arguments_are_named"],
+        ),
+        (
+            "dataset files",
+            len(DATASET_ERRORS) + 2,
+            0,
+            here,
+            ["test_bad_dataset_file_is_named", "test_missing_local_file_is_not_looked_up_on_the_hub"],
+        ),
+        (
+            "PRM model folders",
+            2,
+            0,
+            here,
+            ["test_causal_lm_folder_as_token_classification_prm_is_refused", "test_missing_prm_folder_is_named"],
+        ),
+        (
+            "checkpointed extension state",
+            len(DAMAGED_STATE) + len(DAMAGED_FAMILY_STATE),
+            0,
+            reliability,
+            [
+                "test_damaged_extension_state_is_an_error_naming_the_file_and_key",
+                "test_damaged_aepo_and_monitor_state_is_refused",
+            ],
+        ),
+        (
+            "degenerate data (rewards, steps, batches, answers)",
+            0,
+            len(FALLBACK_NAMES),
+            here,
+            ["test_documented_fallback_value"],
+        ),
+    ]
+
+
+def summary_table() -> str:
+    """The counts block of docs/reliability.md (``python tests/test_bad_inputs.py`` prints it)."""
+    rows = catalogue()
+    lines = ["| group | clear error | documented fallback | tests |", "|---|---|---|---|"]
+    for group, errors, fallbacks, module, tests in rows:
+        where = ", ".join([f"`{module}::{tests[0]}`", *(f"`::{name}`" for name in tests[1:])])
+        lines.append(f"| {group} | {errors} | {fallbacks} | {where} |")
+    errors, fallbacks = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    lines.append(f"| **total: {errors + fallbacks} cases** | **{errors}** | **{fallbacks}** | |")
+    return "\n".join(lines)
+
+
+def test_reliability_doc_counts_match_the_suite():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text()
+    block = text[
+        text.index("<!-- bad-input-counts -->") + len("<!-- bad-input-counts -->") : text.index(
+            "<!-- /bad-input-counts -->"
+        )
+    ]
+    assert block.strip() == summary_table(), "regenerate with: python tests/test_bad_inputs.py"
+    assert fallback_table() in text
+    assert sum(r[1] + r[2] for r in catalogue()) >= 150
+
+
+FALLBACK_TABLE_HEADER = "| input | what happens |"
+
+
+def fallback_table() -> str:
+    lines = [FALLBACK_TABLE_HEADER, "|---|---|"]
+    lines += [f"| {name} | {what} |" for name, what, _, _ in _fallbacks()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    print(summary_table())
+    print()
+    print(fallback_table())

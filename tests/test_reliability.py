@@ -96,22 +96,23 @@ def _saved_checkpoint(make_trainer, tmp_path, **fields):
     return tmp_path / "out" / "checkpoint-2"
 
 
-@pytest.mark.parametrize(
-    "content, key",
-    [
-        ('{"kl_control": {"val', "cannot be read"),  # truncated
-        ("", "cannot be read"),  # empty
-        (b"\x80\x81\xfe", "cannot be read"),  # binary
-        ("[1, 2]", "must map family names"),
-        ('{"kl_control": 0.5}', "must map family names"),
-        ('{"kl_control": {}}', "'value' is missing"),
-        ('{"kl_control": {"value": NaN}}', "'value' must be finite"),
-        ('{"kl_control": {"value": -1.0}}', "'value' = -1.0 is outside"),
-        ('{"kl_control": {"value": "0.1"}}', "'value' must be a number"),
-        ('{"kl_control": {"value": true}}', "'value' must be a number"),
-        ('{"kl_control": {"value": 0.1, "num_updates": 2.5}}', "'num_updates' must be a whole number"),
-    ],
-)
+#: (file content, what the error names) for a damaged grpo_ext_state.json (counted in docs/reliability.md)
+DAMAGED_STATE = [
+    ('{"kl_control": {"val', "cannot be read"),  # truncated
+    ("", "cannot be read"),  # empty
+    (b"\x80\x81\xfe", "cannot be read"),  # binary
+    ("[1, 2]", "must map family names"),
+    ('{"kl_control": 0.5}', "must map family names"),
+    ('{"kl_control": {}}', "'value' is missing"),
+    ('{"kl_control": {"value": NaN}}', "'value' must be finite"),
+    ('{"kl_control": {"value": -1.0}}', "'value' = -1.0 is outside"),
+    ('{"kl_control": {"value": "0.1"}}', "'value' must be a number"),
+    ('{"kl_control": {"value": true}}', "'value' must be a number"),
+    ('{"kl_control": {"value": 0.1, "num_updates": 2.5}}', "'num_updates' must be a whole number"),
+]
+
+
+@pytest.mark.parametrize("content, key", DAMAGED_STATE)
 def test_damaged_extension_state_is_an_error_naming_the_file_and_key(make_trainer, tmp_path, content, key):
     checkpoint = _saved_checkpoint(make_trainer, tmp_path)
     path = checkpoint / "grpo_ext_state.json"
@@ -123,14 +124,15 @@ def test_damaged_extension_state_is_an_error_naming_the_file_and_key(make_traine
     assert str(path) in message and key in message and "ext_resume_state='ignore'" in message
 
 
-@pytest.mark.parametrize(
-    "fields, entry",
-    [
-        (dict(entropy_control="aepo"), {"entropy_control": {"last_entropy": 0.5, "temperature": "hot"}}),
-        (dict(entropy_control="aepo"), {"entropy_control": {"last_entropy": -1.0, "temperature": 1.2}}),
-        (dict(diversity_metrics=["distinct"]), {"collapse_monitor": {"baseline_distinct2": 2.0}}),
-    ],
-)
+#: (families on, a state entry out of range) refused on resume
+DAMAGED_FAMILY_STATE = [
+    (dict(entropy_control="aepo"), {"entropy_control": {"last_entropy": 0.5, "temperature": "hot"}}),
+    (dict(entropy_control="aepo"), {"entropy_control": {"last_entropy": -1.0, "temperature": 1.2}}),
+    (dict(diversity_metrics=["distinct"]), {"collapse_monitor": {"baseline_distinct2": 2.0}}),
+]
+
+
+@pytest.mark.parametrize("fields, entry", DAMAGED_FAMILY_STATE)
 def test_damaged_aepo_and_monitor_state_is_refused(make_trainer, tmp_path, fields, entry):
     checkpoint = _saved_checkpoint(make_trainer, tmp_path, **fields)
     path = checkpoint / "grpo_ext_state.json"
