@@ -129,6 +129,10 @@ CONFIG_ERRORS = [
     ("eval_pass_at_k", dict(eval_pass_at_k=4)),
     ("aepo_max_samples", dict(AEPO, aepo_max_samples="60")),
     ("kl_beta_max", dict(ADAPTIVE, kl_beta_max=None)),
+    ("beta", dict(beta=None)),  # `beta: null` in YAML
+    ("sample_filter", dict(sample_filter=["best_of_n"])),  # a list where one name belongs
+    ("kl_control", dict(kl_control=["adaptive"])),
+    ("token_clip", dict(token_clip=None)),
 ]
 
 
@@ -188,6 +192,53 @@ REWARD_ERRORS = [
         dict(advantage_estimator="prm", max_completion_length=8, trainer_kwargs={"step_reward_funcs": [_huge_steps]}),
     ),
 ]
+
+
+# (what the error says, what an outcome reward function returns); before: raw TypeError / ValueError /
+# RuntimeError from TRL's conversion, naming no function
+REWARD_OUTPUT_ERRORS = [
+    (r"'f' returned '1\.0' \(str\) for completion 0", ["1.0", 0.0]),
+    (r"'f' returned NoneType None\. Return a list", None),
+    (r"'f' returned float 0\.5\. Return a list", 0.5),
+    (r"'f' returned str '10'\. Return a list", "10"),
+    (r"'f' returned \[1\.0\] \(list\) for completion 1", [0.0, [1.0]]),
+    (r"'f' returned dict", {"a": 1.0}),
+    (r"'f' returned 'nan' \(str\) for completion 0", ["nan", 1.0]),
+]
+
+
+def _reward_returning(result):
+    from trl_grpo_ext.trainer import _with_context
+
+    def f(completions, **kwargs):
+        return result() if callable(result) else result
+
+    return _with_context(f)
+
+
+@pytest.mark.parametrize(
+    "message, result", REWARD_OUTPUT_ERRORS, ids=[str(i) for i in range(len(REWARD_OUTPUT_ERRORS))]
+)
+def test_malformed_reward_output_is_named(message, result):
+    with pytest.raises(ValueError, match=message):
+        _reward_returning(result)(completions=["a", "b"])
+
+
+def test_reward_outputs_trl_accepts_pass_unchanged():
+    import numpy as np
+    import torch
+
+    for result in ([1.0, None], [True, False], [np.float32(0.5), torch.tensor(1.0)], torch.ones(2), np.ones(2)):
+        assert _reward_returning(result)(completions=["a", "b"]) is result
+    assert _reward_returning(lambda: (x for x in [1.0, 0.0]))(completions=["a", "b"]) == [1.0, 0.0]  # a generator
+
+
+def test_malformed_reward_output_is_named_in_training(make_trainer):
+    def strings(completions, **kwargs):
+        return ["1"] * len(completions)
+
+    with pytest.raises(ValueError, match=r"Reward function 'strings' returned '1' \(str\) for completion 0"):
+        make_trainer(reward_funcs=[strings], max_steps=1).train()
 
 
 @pytest.mark.parametrize("message, kwargs", REWARD_ERRORS, ids=["outcome", "step"])
@@ -620,11 +671,13 @@ def catalogue():
         ),
         (
             "outcome and step reward outputs",
-            len(REWARD_ERRORS) + len(STEP_ERRORS),
-            3,
+            len(REWARD_ERRORS) + len(REWARD_OUTPUT_ERRORS) + len(STEP_ERRORS),
+            3 + 6,
             here,
             [
                 "test_reward_that_would_overflow_the_group_statistics_is_refused",
+                "test_malformed_reward_output_is_named",
+                "test_reward_outputs_trl_accepts_pass_unchanged",
                 "test_bad_step_reward_output_is_named",
                 "test_step_scores_as_generators_tensors_and_numpy_are_accepted",
             ],

@@ -444,8 +444,8 @@ class GRPOExtConfig(GRPOConfig):
         for name in ("advantage_estimator", "token_clip", "sample_filter", "kl_control", "entropy_control"):
             registry = registry_for(name)
             value = getattr(self, name)
-            if value not in registry:
-                _fail(name, value, "unknown value", f"use one of {registry.names()}")
+            if not isinstance(value, str) or value not in registry:
+                _fail(name, value, "unknown value (one name, a string)", f"use one of {registry.names()}")
         for name, allowed in (
             ("advantage_std", ("sample", "population")),
             ("token_clip_scope", ("local", "global")),

@@ -11,11 +11,13 @@ Overridden TRL 1.16 methods (and why):
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import functools
 import inspect
 import json
 import logging
+import numbers
 import os
 import re
 import sys
@@ -75,21 +77,52 @@ class AccelerateCollectives:
         return torch.cat([gathered[i, :n] for i, n in enumerate(lengths)])
 
 
+def _is_reward_value(value) -> bool:
+    """A float, int, bool, numpy scalar or 0-d tensor (what TRL turns into a float), or None (unscorable)."""
+    if value is None or isinstance(value, numbers.Real):
+        return True
+    if isinstance(value, torch.Tensor):
+        return value.ndim == 0
+    return type(value).__module__ == "numpy" and not getattr(value, "shape", True)
+
+
+def _check_reward_output(name: str, output):
+    """TRL indexes and converts a reward function's output without checking it: a string, a bare number or None, or
+    nested lists end in a raw TypeError / RuntimeError naming nothing. Name the function, the row and the fix.
+    Returns the output, a generator materialised as a list; tensors and arrays pass unchanged (TRL takes them)."""
+    fix = "Return a list with one float (or None for an unscorable completion) per completion."
+    values = output
+    if isinstance(output, torch.Tensor) or type(output).__module__ == "numpy":
+        values = output.tolist() if getattr(output, "ndim", 0) else output
+    elif isinstance(output, collections.abc.Iterator):
+        output = values = list(output)
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise ValueError(f"Reward function '{name}' returned {type(values).__name__} {values!r:.80}. {fix}")
+    for i, value in enumerate(values):
+        if not _is_reward_value(value):
+            raise ValueError(
+                f"Reward function '{name}' returned {value!r:.80} ({type(value).__name__}) for completion {i}. {fix}"
+            )
+    return output
+
+
 def _with_context(func):
-    """Wrap a Python reward function so that an exception names the function that raised it (TRL's does not)."""
+    """Wrap a Python reward function so that an exception names the function that raised it (TRL's does not), and a
+    malformed output is refused with its name (TRL would fail later on it, naming nothing)."""
     if isinstance(func, torch.nn.Module) or inspect.iscoroutinefunction(func):
         return func
+    name = getattr(func, "__name__", type(func).__name__)
 
     @functools.wraps(func)
     def wrapped(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            output = func(*args, **kwargs)
         except Exception as error:
-            name = getattr(func, "__name__", type(func).__name__)
             raise RuntimeError(
                 f"Reward function '{name}' raised {type(error).__name__}: {error}. Fix the function, or return None "
                 "for the completions it cannot score (they get advantage 0)."
             ) from error
+        return _check_reward_output(name, output)
 
     return wrapped
 
