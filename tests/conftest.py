@@ -127,7 +127,7 @@ class LogpProbe:
                 probe.logps = ctx.logps
                 return logps
 
-        trainer.extensions = {"probe": _Probe(trainer), **trainer.extensions}
+        trainer.extensions = {"probe": _Probe(trainer.ext_host), **trainer.extensions}
         return self
 
 

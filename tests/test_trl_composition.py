@@ -28,7 +28,7 @@ def _capture_selection(trainer):
             seen.append((ctx.selected.clone(), ctx.policy_mask.clone()))
             return out
 
-    trainer.extensions["token_clip"] = Capture(trainer)
+    trainer.extensions["token_clip"] = Capture(trainer.ext_host)
     return seen
 
 
@@ -225,18 +225,18 @@ def test_aepo_term_only_on_high_entropy_tokens(make_trainer, train_dataset):
     completion_ids = [row[m.bool()].tolist() for row, m in pairs]
     aepo._chunks = aepo._build_chunks(prompt_ids, completion_ids, list(range(len(prompt_ids))))
     chunk = aepo._chunks[0]
-    logps, entropies = aepo._logps(trainer.model, chunk, compute_entropy=True)
-    logps.retain_grad()
+    host = trainer.ext_host
+    logps, entropies = host.policy_logps(chunk, compute_entropy=True)
     captured = {}
-    original = aepo._logps
+    original = host.policy_logps
 
-    def keep(model, c, *, compute_entropy=False):
-        lp, ent = original(model, c, compute_entropy=compute_entropy)
+    def keep(c, *, compute_entropy=False):
+        lp, ent = original(c, compute_entropy=compute_entropy)
         lp.retain_grad()
         captured["logps"] = lp
         return lp, ent
 
-    aepo._logps = keep
+    host.policy_logps = keep
     from trl_grpo_ext.families.base import LossContext
 
     ctx = LossContext(inputs={}, mask=torch.ones(1, 1), mode="train")
@@ -383,7 +383,8 @@ def test_aepo_switches_vllm_temperature_per_call_without_a_second_sync(make_trai
     trainer._last_loaded_step = trainer.state.global_step  # TRL's own generation of this step synced already
     aepo = trainer.extensions["entropy_control"]
     prompts = [train_dataset[0]["prompt"]] * 4
-    _, completion_ids, _, _, logprobs, _, _, _ = aepo._generate_at(1.2, prompts)
+    rollout = trainer.ext_host.regenerate(prompts, temperature=1.2)
+    completion_ids, logprobs = rollout.completion_ids, rollout.logprobs
     assert fake.calls == [1.2] and fake.temperature == 1.0  # set for the call, restored after
     assert fake.syncs == 0  # same step: the weights vLLM holds are current
     assert logprobs == [[-0.5, -0.7]] * 4  # vLLM's sampling log-probs reach AEPO (for the IS correction)
@@ -410,5 +411,5 @@ def test_aepo_warns_that_sleep_mode_costs_a_second_weight_push(make_trainer, cap
     monkeypatch.setattr(trainer.args, "use_vllm", True)
     monkeypatch.setattr(trainer.args, "vllm_enable_sleep_mode", True)
     with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
-        AEPO(trainer)
+        AEPO(trainer.ext_host)
     assert "pushes the weights to vLLM twice" in caplog.text

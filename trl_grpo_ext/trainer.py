@@ -17,6 +17,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import numbers
 import os
 import re
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 import trl
+from accelerate.utils import gather_object
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
@@ -44,8 +46,14 @@ from .families import (
     GenerationBatch,
     LossContext,
 )
+from .families.base import Rollout
 from .families.sample_filter import PolicyFilter
-from .trl_compat import TRL_VERSION, combined_rewards
+from .trl_compat import (
+    TRL_VERSION,
+    aggregate_like_loss_type,
+    combined_rewards,
+    vllm_importance_sampling_ratio,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +83,188 @@ class AccelerateCollectives:
         padded[: tensor.numel()] = tensor.to(padded.device)
         gathered = acc.gather(padded.to(acc.device)).view(len(lengths), width)  # (world, width)
         return torch.cat([gathered[i, :n] for i, n in enumerate(lengths)])
+
+
+class TrainerHost:
+    """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: everything the extensions use of TRL.
+
+    TRL 1.16 private surface used here: ``_metrics``, ``_logs``, ``_step``, ``_tokenizer``, ``_generate``,
+    ``_calculate_rewards``, ``_get_per_token_logps_and_entropies``, ``_log_completion_extra``, ``_log_metric``, and
+    the attributes ``beta``, ``loss_type``, ``epsilon_low`` / ``epsilon_high``, ``scale_rewards``, ``reward_weights``,
+    ``environments``, ``generation_config``, ``vllm_generation``, ``use_vllm``, ``vllm_importance_sampling_*``,
+    ``top_entropy_quantile``, ``eos_token_ids``, ``max_completion_length``, ``current_gradient_accumulation_steps``
+    (pinned by ``tests/test_trl_contract.py``).
+    """
+
+    def __init__(self, trainer: GRPOExtTrainer):
+        self._trainer = trainer
+        self.args = trainer.args
+        self.collectives = trainer.ext_collectives
+
+    # ------------------------------------------------------------------ state
+    @property
+    def beta(self) -> float:
+        return self._trainer.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._trainer.beta = value
+
+    @property
+    def loss_type(self) -> str:
+        return self._trainer.loss_type
+
+    @property
+    def device(self):
+        return self._trainer.accelerator.device
+
+    @property
+    def num_processes(self) -> int:
+        return self._trainer.accelerator.num_processes
+
+    @property
+    def global_step(self) -> int:
+        return self._trainer.state.global_step
+
+    @property
+    def micro_step(self) -> int:
+        return self._trainer._step
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self._trainer.current_gradient_accumulation_steps
+
+    @property
+    def step_end(self) -> bool:
+        return self._trainer.accelerator.sync_gradients
+
+    @property
+    def tokenizer(self):
+        return self._trainer._tokenizer
+
+    @property
+    def pad_token_id(self) -> int:
+        return self._trainer._tokenizer.pad_token_id
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return list(self._trainer.eos_token_ids)
+
+    @property
+    def scale_rewards(self) -> str:
+        return self._trainer.scale_rewards
+
+    @property
+    def top_entropy_quantile(self) -> float:
+        return self._trainer.top_entropy_quantile
+
+    @property
+    def step_reward_funcs(self) -> list:
+        return self._trainer.step_reward_funcs
+
+    @property
+    def ratio_clip(self) -> tuple[float, float]:
+        return self._trainer.epsilon_low, self._trainer.epsilon_high
+
+    def drop_ratio_clip(self) -> None:
+        self._trainer.epsilon_low = math.inf
+        self._trainer.epsilon_high = math.inf
+
+    # ------------------------------------------------------------------ services
+    def log(self, mode: str, name: str, value: float) -> None:
+        self._trainer._metrics[mode][name].append(float(value))
+
+    def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
+        return self._trainer.ext_generator(tag, per_rank=per_rank, device=device)
+
+    def aggregate(self, per_token, mask, *, mode: str, num_items_in_batch) -> torch.Tensor:
+        trainer = self._trainer
+        return aggregate_like_loss_type(
+            per_token,
+            mask,
+            loss_type=trainer.loss_type,
+            training=mode == "train",
+            gradient_accumulation_steps=trainer.current_gradient_accumulation_steps,
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=trainer.accelerator.num_processes,
+            max_completion_length=trainer.max_completion_length,
+            num_items_in_batch=num_items_in_batch,
+        )
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._trainer.accelerator.gather(tensor)
+
+    def gather_object(self, obj: list) -> list:
+        return gather_object(obj)
+
+    def log_advantages(self, per_row: torch.Tensor) -> None:
+        logged = self._trainer._logs["advantages"]
+        for _ in range(min(per_row.numel(), len(logged))):
+            logged.pop()
+        logged.extend(per_row.tolist())
+
+    def regenerate(self, prompts: list, *, temperature: float) -> Rollout:
+        trainer = self._trainer
+        saved_metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
+        saved_tokens = trainer.state.num_input_tokens_seen
+        config = getattr(trainer, "generation_config", None)
+        vllm = getattr(trainer, "vllm_generation", None)
+        old = (config.temperature if config is not None else None, getattr(vllm, "temperature", None))
+        try:
+            if config is not None:
+                config.temperature = temperature
+            if vllm is not None:
+                vllm.temperature = temperature
+            prompt_ids, completion_ids, tool_mask, completions, logprobs, _, _, _ = trainer._generate(prompts)
+        finally:
+            if config is not None:
+                config.temperature = old[0]
+            if vllm is not None:
+                vllm.temperature = old[1]
+            trainer._metrics["train"].clear()
+            trainer._metrics["train"].update(saved_metrics)
+            trainer.state.num_input_tokens_seen = saved_tokens
+        return Rollout(prompt_ids, completion_ids, tool_mask, completions, logprobs)
+
+    def score(self, inputs, prompts, completions, completion_ids) -> torch.Tensor:
+        trainer = self._trainer
+        rewards_per_func = trainer._calculate_rewards(inputs, prompts, completions, completion_ids)
+        return combined_rewards(rewards_per_func, trainer.reward_weights)
+
+    def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
+        """As TRL 1.16's ``_calculate_rewards`` builds them, plus ``completion_ids``."""
+        trainer = self._trainer
+        keys = [key for key in inputs[0] if key not in ("prompt", "completion", "completion_ids")]
+        kwargs: dict[str, Any] = {key: [row[key] for row in inputs] for key in keys}
+        kwargs["trainer_state"] = trainer.state
+        kwargs["log_extra"] = trainer._log_completion_extra
+        kwargs["log_metric"] = trainer._log_metric
+        if getattr(trainer, "environments", None) is not None:
+            kwargs["environments"] = trainer.environments
+        kwargs["completion_ids"] = completion_ids
+        return kwargs
+
+    def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
+        trainer = self._trainer
+        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=compute_entropy
+        )
+        return logps, entropies
+
+    def vllm_is_ratio(self, old_logps, sampling_logps, mask):
+        trainer = self._trainer
+        if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
+            return None
+        return vllm_importance_sampling_ratio(
+            old_logps,
+            sampling_logps,
+            mask,
+            mode=trainer.vllm_importance_sampling_mode,
+            clip_min=self.args.vllm_importance_sampling_clip_min,
+            clip_max=self.args.vllm_importance_sampling_clip_max,
+        )
 
 
 def _is_reward_value(value) -> bool:
@@ -224,9 +414,10 @@ class GRPOExtTrainer(GRPOTrainer):
             ("kl_control", KL_CONTROLLERS.get(args.kl_control)),
             ("entropy_control", ENTROPY_CONTROLS.get(args.entropy_control)),
         ]
+        self.ext_host = TrainerHost(self)
         for family, cls in builders:
             if cls is not None:
-                self.extensions[family] = cls(self)
+                self.extensions[family] = cls(self.ext_host)
         self.collapse_monitor = None
         if args.diversity_metrics:
             self.collapse_monitor = CollapseMonitor(

@@ -110,3 +110,49 @@ def vllm_importance_sampling_ratio(
         f"Unknown vllm_importance_sampling_mode {mode!r}; TRL {TRL_VERSION} knows token_truncate, token_mask, "
         "sequence_truncate, sequence_mask."
     )
+
+
+#: Every ``GRPOTrainer`` 1.16 method and attribute trl_grpo_ext reads or writes (all in ``trainer.py``, most behind
+#: ``TrainerHost``). A TRL port reviews exactly these; ``tests/test_boundary.py`` checks the list is complete and
+#: that each name exists in the installed TRL.
+TRL_SURFACE = (
+    # hooks GRPOExtTrainer overrides
+    "_calculate_rewards",
+    "_generate_and_score_completions",
+    "_compute_loss",
+    "_get_per_token_logps_and_entropies",
+    "_save_checkpoint",
+    "_load_optimizer_and_scheduler",
+    # private methods and buffers it calls or edits
+    "_generate",
+    "_log_completion_extra",
+    "_log_metric",
+    "_logs",
+    "_metrics",
+    "_step",
+    "_tokenizer",
+    "get_high_entropy_mask",
+    "get_off_policy_mask",
+    # attributes it reads (beta and the epsilons also written: KL control, KL-Cov without the PPO clip)
+    "beta",
+    "epsilon_low",
+    "epsilon_high",
+    "environments",
+    "eos_token_ids",
+    "generation_config",
+    "loss_type",
+    "max_completion_length",
+    "num_generations",
+    "num_generations_eval",
+    "off_policy_mask_threshold",
+    "reward_func_names",
+    "reward_funcs",
+    "reward_weights",
+    "scale_rewards",
+    "top_entropy_quantile",
+    "use_vllm",
+    "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode",
+)
+#: Set by GRPOTrainer only in some modes (vLLM), read with ``getattr(..., None)``.
+TRL_OPTIONAL_SURFACE = ("vllm_generation",)

@@ -9,13 +9,9 @@ from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch
 def replace_advantages(extension: Extension, batch: GenerationBatch, global_advantages) -> None:
     """Put new (N, ...) global advantages into the batch: this process's slice into the output, all into the logs."""
     batch.output["advantages"] = global_advantages[batch.process_slice]
-    logged = extension.trainer._logs["advantages"]
-    n = global_advantages.size(0)
-    for _ in range(min(n, len(logged))):
-        logged.pop()
     # Token-level advantages are logged by their first-token value (the completion's whole return).
     per_row = global_advantages if global_advantages.dim() == 1 else global_advantages[:, 0]
-    logged.extend(per_row.tolist())
+    extension.host.log_advantages(per_row)
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")
@@ -29,6 +25,6 @@ class OutcomeAdvantage(Extension):
         if self.args.advantage_std == "sample":
             return
         advantages = group_relative_advantages(
-            batch.rewards, batch.group_size, std=self.args.advantage_std, scale=self.trainer.scale_rewards
+            batch.rewards, batch.group_size, std=self.args.advantage_std, scale=self.host.scale_rewards
         )
         replace_advantages(self, batch, advantages)

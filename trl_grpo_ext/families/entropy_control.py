@@ -11,7 +11,6 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ..core.aepo import aepo_per_token_loss, aepo_select, aepo_temperature, high_entropy_mask
 from ..core.state import state_number
-from ..trl_compat import combined_rewards, vllm_importance_sampling_ratio
 from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, LossContext
 
 logger = logging.getLogger(__name__)
@@ -48,8 +47,8 @@ class AEPO(Extension):
     ``aepo/extra_gen_time`` (seconds of the extra generation and scoring) and ``aepo/loss``.
     """
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, host):
+        super().__init__(host)
         args = self.args
         if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_enable_sleep_mode:
             # Sleep level 2 discards vLLM's weights after every generate: AEPO's second generation of the batch must
@@ -65,32 +64,10 @@ class AEPO(Extension):
         self._window: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ generation side
-    def _generate_at(self, temperature: float, prompts):
-        trainer = self.trainer
-        saved_metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
-        saved_tokens = trainer.state.num_input_tokens_seen
-        config = getattr(trainer, "generation_config", None)
-        vllm = getattr(trainer, "vllm_generation", None)
-        old = (config.temperature if config is not None else None, getattr(vllm, "temperature", None))
-        try:
-            if config is not None:
-                config.temperature = temperature
-            if vllm is not None:
-                vllm.temperature = temperature
-            return trainer._generate(prompts)
-        finally:
-            if config is not None:
-                config.temperature = old[0]
-            if vllm is not None:
-                vllm.temperature = old[1]
-            trainer._metrics["train"].clear()
-            trainer._metrics["train"].update(saved_metrics)
-            trainer.state.num_input_tokens_seen = saved_tokens
-
     def on_generation(self, batch: GenerationBatch) -> None:
         if batch.mode != "train":
             return
-        args, trainer = self.args, self.trainer
+        args, host = self.args, self.host
         start = time.perf_counter()
         temperature = aepo_temperature(
             self.last_entropy,
@@ -99,19 +76,18 @@ class AEPO(Extension):
             temperature_low=args.aepo_temperature_low,
         )
         self.temperature = temperature
-        prompt_ids, completion_ids, tool_mask, completions, logprobs, _, _, _ = self._generate_at(
-            temperature, batch.prompts
-        )
-        rewards_per_func = trainer._calculate_rewards(batch.inputs, batch.prompts, completions, completion_ids)
-        rewards = combined_rewards(rewards_per_func, trainer.reward_weights)  # (N,) all processes
+        rollout = host.regenerate(batch.prompts, temperature=temperature)
+        rewards = host.score(batch.inputs, batch.prompts, rollout.completions, rollout.completion_ids)  # (N,)
         below = self.last_entropy is not None and self.last_entropy < args.aepo_target_entropy
         cap = args.aepo_max_samples if below else max(args.aepo_max_samples // 2, 1)
-        generator = trainer.ext_generator("aepo", per_rank=False, device=rewards.device)
+        generator = host.generator("aepo", per_rank=False, device=rewards.device)
         keep = aepo_select(
             rewards, batch.group_size, adv_threshold=args.aepo_adv_threshold, max_samples=cap, generator=generator
         )
         local = keep[batch.process_slice].nonzero().flatten().tolist()
-        self._chunks = self._build_chunks(prompt_ids, completion_ids, local, tool_mask=tool_mask, logprobs=logprobs)
+        self._chunks = self._build_chunks(
+            rollout.prompt_ids, rollout.completion_ids, local, tool_mask=rollout.tool_mask, logprobs=rollout.logprobs
+        )
         elapsed = time.perf_counter() - start
         positive = float((keep.float().sum() / max(keep.numel(), 1)).item())
         self.log_metric("train", "aepo/temperature", temperature)
@@ -125,14 +101,13 @@ class AEPO(Extension):
     def _row_mask(self, completion_ids: list[int], tool_mask: list[int] | None) -> torch.Tensor:
         """(t,) loss mask of one AEPO sample: TRL's tool / env mask, and 0 everywhere for a truncated completion
         under ``mask_truncated_completions`` (as TRL masks its own)."""
-        trainer = self.trainer
         if not completion_ids:
             return torch.zeros(1, dtype=torch.long)
         mask = torch.ones(len(completion_ids), dtype=torch.long)
         if tool_mask is not None:
             mask = mask * torch.tensor(tool_mask[: len(completion_ids)], dtype=torch.long)
         if self.args.mask_truncated_completions:
-            ends = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+            ends = {*self.host.eos_token_ids, self.host.pad_token_id}
             if completion_ids[-1] not in ends:
                 mask = torch.zeros_like(mask)
         return mask
@@ -142,12 +117,11 @@ class AEPO(Extension):
         self, prompt_ids, completion_ids, rows: list[int], *, tool_mask=None, logprobs=None
     ) -> list[dict[str, torch.Tensor]]:
         """Split the kept samples into steps_per_generation micro-chunks of one fixed size (padding rows masked)."""
-        trainer = self.trainer
+        host = self.host
         spg = self.args.steps_per_generation
-        device = trainer.accelerator.device
+        device = host.device
         size = max(1, math.ceil(len(rows) / spg))
-        pad_id = trainer._tokenizer.pad_token_id
-        correct_is = trainer.use_vllm and trainer.vllm_importance_sampling_correction and logprobs is not None
+        pad_id = host.pad_token_id
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
@@ -180,41 +154,31 @@ class AEPO(Extension):
                 "completion_mask": c_mask.to(device),
                 "loss_mask": loss_mask.to(device),
             }
-            chunk["old_logps"] = self._logps(trainer.model, chunk)[0].detach()
-            if correct_is:
+            chunk["old_logps"] = host.policy_logps(chunk)[0].detach()
+            if logprobs is not None:
                 sampling = pad_sequence(
                     [torch.tensor([math.nan if x is None else float(x) for x in (logprobs[i] or [0.0])]) for i in part],
                     batch_first=True,
                 ).to(device)
-                chunk["is_ratio"] = vllm_importance_sampling_ratio(
+                ratio = host.vllm_is_ratio(
                     chunk["old_logps"],
                     sampling.to(chunk["old_logps"].dtype),
                     chunk["loss_mask"].to(chunk["old_logps"].dtype),
-                    mode=trainer.vllm_importance_sampling_mode,
-                    clip_min=self.args.vllm_importance_sampling_clip_min,
-                    clip_max=self.args.vllm_importance_sampling_clip_max,
                 )
+                if ratio is not None:
+                    chunk["is_ratio"] = ratio
             chunks.append(chunk)
         return chunks
-
-    def _logps(self, model, chunk, *, compute_entropy: bool = False):
-        """(b, t) log-probs of a chunk's completions and their entropies (None unless ``compute_entropy``)."""
-        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
-        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
-        logps, entropies, _ = self.trainer._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=compute_entropy
-        )
-        return logps, entropies
 
     # ------------------------------------------------------------------ loss side
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         if ctx.mode != "train" or not self._chunks:
             return None
-        chunk = self._chunks[self.trainer._step % len(self._chunks)]
+        chunk = self._chunks[self.host.micro_step % len(self._chunks)]
         if not chunk:
             return None
-        quantile = self.trainer.top_entropy_quantile
-        logps, entropies = self._logps(self.trainer.model, chunk, compute_entropy=quantile < 1.0)  # (b, t)
+        quantile = self.host.top_entropy_quantile
+        logps, entropies = self.host.policy_logps(chunk, compute_entropy=quantile < 1.0)  # (b, t)
         mask = chunk["loss_mask"]
         if quantile < 1.0:
             mask = high_entropy_mask(entropies.detach(), mask, quantile=quantile)
@@ -223,7 +187,7 @@ class AEPO(Extension):
         if "is_ratio" in chunk:
             per_token = per_token * chunk["is_ratio"]
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
-        loss = self.args.aepo_coef * loss / self.trainer.current_gradient_accumulation_steps
+        loss = self.args.aepo_coef * loss / self.host.accumulation_steps
         self.log_metric("train", "aepo/loss", float(loss.detach()))
         return loss
 
@@ -233,8 +197,8 @@ class AEPO(Extension):
         mask = ctx.mask.to(ctx.entropies.dtype)
         stats = torch.stack([(ctx.entropies.detach() * mask).sum(), mask.sum()])
         self._window = stats if self._window is None else self._window + stats
-        if self.trainer.accelerator.sync_gradients:
-            total, count = self.trainer.ext_collectives.all_sum(self._window.float()).tolist()
+        if self.host.step_end:
+            total, count = self.host.collectives.all_sum(self._window.float()).tolist()
             self._window = None
             if count > 0:
                 self.last_entropy = total / count

@@ -35,7 +35,7 @@ class _BetaControl(Extension):
                 self.controller.beta_max,
                 self.controller.value,
             )
-        self.trainer.beta = self.controller.value
+        self.host.beta = self.controller.value
 
 
 @KL_CONTROLLERS.register("adaptive")
@@ -44,36 +44,36 @@ class AdaptiveKL(_BetaControl):
 
     Every micro-batch adds its masked KL sum, token count and row count; at the optimizer-step boundary the sums are
     reduced over all processes (so every rank computes the same beta), the controller moves beta, and
-    ``trainer.beta`` (which TRL reads live, in the loss and for reference log-probs) takes the new value for the next
+    ``host.beta`` (TRL reads it live, in the loss and for reference log-probs) takes the new value for the next
     step. Logs ``kl/beta`` (beta used in the step), ``kl/value``, ``kl/target``.
     """
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, host):
+        super().__init__(host)
         args = self.args
         self.controller = AdaptiveKLController(
             args.beta, args.kl_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
-        trainer.beta = self.controller.value
+        host.beta = self.controller.value
         self._window: torch.Tensor | None = None
 
     def after_loss(self, ctx: LossContext) -> None:
         if ctx.mode != "train":
             return
-        trainer = self.trainer
+        host = self.host
         kl = per_token_kl(ctx.logps.detach(), ctx.inputs["ref_per_token_logps"])
         mask = ctx.mask.to(kl.dtype)
         stats = torch.stack([(kl * mask).sum(), mask.sum(), torch.tensor(float(mask.size(0)), device=kl.device)])
         self._window = stats if self._window is None else self._window + stats
-        if not trainer.accelerator.sync_gradients:
+        if not host.step_end:
             return
-        kl_sum, tokens, rows = trainer.ext_collectives.all_sum(self._window.float()).tolist()
+        kl_sum, tokens, rows = host.collectives.all_sum(self._window.float()).tolist()
         self._window = None
-        used = trainer.beta
+        used = host.beta
         kl_mean = kl_sum / tokens if tokens > 0 else float("nan")
         if kl_mean != kl_mean:
             logger.warning("kl_control: no valid token in this optimizer step; beta stays at %.4g.", used)
-        trainer.beta = self.controller.update(kl_mean, n_steps=int(rows))
+        host.beta = self.controller.update(kl_mean, n_steps=int(rows))
         self.log_metric("train", "kl/beta", used)
         self.log_metric("train", "kl/value", kl_mean)
         self.log_metric("train", "kl/target", self.controller.target)
@@ -87,13 +87,13 @@ class DiversityKL(_BetaControl):
     ``kl/diversity_target``.
     """
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, host):
+        super().__init__(host)
         args = self.args
         self.controller = DiversityKLController(
             args.beta, args.kl_diversity_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
-        trainer.beta = self.controller.value
+        host.beta = self.controller.value
         self._warned_no_ngrams = False
 
     def on_generation(self, batch: GenerationBatch) -> None:
@@ -101,7 +101,7 @@ class DiversityKL(_BetaControl):
             return
         ids, mask = batch.global_completions()
         n = self.args.kl_diversity_n
-        used = self.trainer.beta
+        used = self.host.beta
         if not bool((mask.sum(1) >= n).any()):
             # No completion has an n-gram: Distinct-N is undefined here, not 0 (0 would read as collapse and raise
             # beta). Beta stays; the metric is NaN for this batch.
@@ -116,7 +116,7 @@ class DiversityKL(_BetaControl):
             diversity = math.nan
         else:
             diversity = distinct_n_batch(ids, mask, n)
-            self.trainer.beta = self.controller.update(diversity, n_steps=ids.size(0))
+            self.host.beta = self.controller.update(diversity, n_steps=ids.size(0))
         self.log_metric("train", "kl/beta", used)
         self.log_metric("train", "kl/diversity", diversity)
         self.log_metric("train", "kl/diversity_target", self.controller.target)

@@ -6,7 +6,6 @@ import logging
 import math
 
 import torch
-from accelerate.utils import gather_object
 
 from ..core.advantages import group_relative_advantages
 from ..core.prm import prm_step_advantages
@@ -29,12 +28,12 @@ class PRMAdvantage(Extension):
     ``c * A_outcome`` (TRL's group-normalised outcome advantage) to every token.
     """
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, host):
+        super().__init__(host)
         args = self.args
-        self.sources = list(trainer.step_reward_funcs)
+        self.sources = list(host.step_reward_funcs)
         if args.prm_model_name_or_path is not None:
-            kwargs = dict(batch_size=args.prm_batch_size, device=trainer.accelerator.device)
+            kwargs = dict(batch_size=args.prm_batch_size, device=host.device)
             if args.prm_model_type == "token_classification":
                 model = TokenClassificationPRM(args.prm_model_name_or_path, separator=args.prm_step_separator, **kwargs)
             else:
@@ -53,9 +52,9 @@ class PRMAdvantage(Extension):
             )
 
     def on_generation(self, batch: GenerationBatch) -> None:
-        args, trainer = self.args, self.trainer
+        args, host = self.args, self.host
         out = batch.output
-        tokenizer = trainer._tokenizer
+        tokenizer = host.tokenizer
         mask = out["completion_mask"]  # (B, T)
         ids = out["completion_ids"]  # (B, T)
         lengths = mask.sum(1).tolist()
@@ -70,8 +69,7 @@ class PRMAdvantage(Extension):
             for i in range(ids.size(0))
         ]
         steps = [s.texts for s in segments]
-        kwargs = {key: [row[key] for row in batch.inputs] for key in batch.inputs[0] if key not in ("prompt",)}
-        kwargs["completion_ids"] = batch.completion_ids_list
+        kwargs = host.reward_kwargs(batch.inputs, batch.completion_ids_list)  # what TRL passes reward functions
         scored = [
             call_step_function(src, source_name(src), batch.prompts, batch.completions, steps, **kwargs)
             for src in self.sources
@@ -80,14 +78,14 @@ class PRMAdvantage(Extension):
         ends = [s.ends for s in segments]
 
         # Gather so that groups spanning processes are normalised over all their completions.
-        all_rewards = gather_object(step_rewards)
-        all_ends = gather_object(ends)
-        width = max(gather_object([ids.size(1)]))
+        all_rewards = host.gather_object(step_rewards)
+        all_ends = host.gather_object(ends)
+        width = max(host.gather_object([ids.size(1)]))
         advantages = prm_step_advantages(all_rewards, all_ends, batch.group_size, width, std=args.prm_std)
         advantages = advantages.to(ids.device)
         if args.prm_outcome_coef != 0.0:
             outcome = group_relative_advantages(
-                batch.rewards, batch.group_size, std=args.advantage_std, scale=trainer.scale_rewards
+                batch.rewards, batch.group_size, std=args.advantage_std, scale=host.scale_rewards
             )
             advantages = advantages + args.prm_outcome_coef * outcome.to(ids.device).unsqueeze(1)
         local = advantages[batch.process_slice, : ids.size(1)] * mask  # (B, T), 0 on padding
@@ -111,5 +109,5 @@ class PRMAdvantage(Extension):
             if nan_frac > 0:
                 logger.info("prm: %.1f%% of steps have no score (None/NaN): they count 0.", 100 * nan_frac)
         stats = torch.stack([(local.abs() * mask).sum(), mask.sum()]).float()
-        total = self.trainer.ext_collectives.all_sum(stats)
+        total = self.host.collectives.all_sum(stats)
         self.log_metric(mode, "prm/adv_abs_mean", (total[0] / total[1].clamp(min=1.0)).item())

@@ -26,15 +26,15 @@ class PolicyFilter(Extension):
     and the KL term gets the missing ``(scale - 1) * beta * KL``, so the result equals the loss over the kept rows.
     """
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, host):
+        super().__init__(host)
         self.strategy = self.args.sample_filter
 
     def on_generation(self, batch: GenerationBatch) -> None:
         if batch.mode == "eval" and not self.args.pf_filter_eval:
             return  # eval_loss over every completion, comparable with GRPOTrainer
-        trainer = self.trainer
-        generator = trainer.ext_generator("sample_filter", per_rank=False, device=batch.rewards.device)
+        host = self.host
+        generator = host.generator("sample_filter", per_rank=False, device=batch.rewards.device)
         scores = batch.rewards if batch.rank_scores is None else batch.rank_scores
         keep = pf_keep_mask(scores, batch.group_size, strategy=self.strategy, generator=generator)  # (N,)
         batch.keep = keep
@@ -45,7 +45,7 @@ class PolicyFilter(Extension):
         base = torch.ones_like(completion_mask) if base is None else base
         out["tool_mask"] = base * local_keep.unsqueeze(1).to(base.dtype)
         loss_mask = completion_mask * out["tool_mask"]
-        out["num_items_in_batch"] = trainer.accelerator.gather(loss_mask.sum()).sum()
+        out["num_items_in_batch"] = host.gather(loss_mask.sum()).sum()
         out[KEEP_KEY] = local_keep
 
         rewards = torch.nan_to_num(batch.rewards, nan=0.0)
@@ -63,7 +63,7 @@ class PolicyFilter(Extension):
                 "loss (Adam momentum still moves the weights). Frequent with 'nonzero_std' when every group gets the "
                 "same reward; consider another strategy or more num_generations.",
                 self.strategy,
-                trainer.state.global_step,
+                host.global_step,
             )
         else:
             self.log_metric(batch.mode, "filter/all_filtered", 0.0)
@@ -79,7 +79,7 @@ class PolicyFilter(Extension):
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         # TRL's KL term is not scaled by the advantages: add the missing (scale - 1) * beta * KL.
-        beta = self.trainer.beta
+        beta = self.host.beta
         if ctx.row_scale == 1.0 or beta == 0.0:
             return None
         kl = self.trl_kl(ctx)

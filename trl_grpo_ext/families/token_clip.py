@@ -9,7 +9,6 @@ TRL multiplies into its policy loss (``LossContext.policy_weight``).
 from __future__ import annotations
 
 import logging
-import math
 
 import torch
 
@@ -26,11 +25,11 @@ class _CovarianceClip(Extension):
     prefix = ""
 
     def collectives(self):
-        return self.trainer.ext_collectives if self.args.token_clip_scope == "global" else LOCAL
+        return self.host.collectives if self.args.token_clip_scope == "global" else LOCAL
 
     def log_selection(self, ctx: LossContext, logps: torch.Tensor, selected: torch.Tensor) -> None:
         """Global metrics: fraction and number of tokens selected, mean covariance of valid and of selected tokens."""
-        coll = self.trainer.ext_collectives
+        coll = self.host.collectives
         valid = ctx.policy_mask
         cov = token_covariance(logps, ctx.advantages, valid, collectives=self.collectives())
         stats = torch.stack([valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()]).to(
@@ -55,15 +54,16 @@ class ClipCov(_CovarianceClip):
     prefix = "clip_cov"
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
-        trainer = self.trainer
+        host = self.host
         candidates = ctx.policy_mask  # (B, T)
+        epsilon_low, epsilon_high = host.ratio_clip
         exclude = ppo_clipped_mask(
             logps,
             ctx.old_logps,
             ctx.advantages,
             candidates,
-            epsilon_low=trainer.epsilon_low,
-            epsilon_high=trainer.epsilon_high,
+            epsilon_low=epsilon_low,
+            epsilon_high=epsilon_high,
         )
         selected = clip_cov_mask(
             logps,
@@ -72,19 +72,19 @@ class ClipCov(_CovarianceClip):
             ratio=self.args.clip_cov_ratio,
             lb=self.args.clip_cov_lb,
             ub=self.args.clip_cov_ub,
-            generator=trainer.ext_generator("clip_cov", per_rank=True, device=logps.device),
+            generator=host.generator("clip_cov", per_rank=True, device=logps.device),
             exclude=exclude,
             collectives=self.collectives(),
         )
         ctx.selected = selected
         self.log_selection(ctx, logps, selected)
-        coll = trainer.ext_collectives
+        coll = host.collectives
         n_clipped, n_valid = coll.all_sum(torch.stack([exclude.sum(), candidates.sum()]).float()).tolist()
         self.log_metric(ctx.mode, "clip_cov/ppo_clipped_frac", n_clipped / max(n_valid, 1.0))
         return torch.where(selected, logps.detach(), logps)
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
-        beta = self.trainer.beta
+        beta = self.host.beta
         if beta == 0.0 or ctx.selected is None or not bool(ctx.selected.any()):
             return None
         kl = self.trl_kl(ctx)
@@ -102,18 +102,16 @@ class KLCov(_CovarianceClip):
 
     prefix = "kl_cov"
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    def __init__(self, host):
+        super().__init__(host)
         if not self.args.kl_cov_ppo_clip:
             logger.warning(
                 "token_clip='kl_cov' with kl_cov_ppo_clip=False switches TRL's PPO ratio clip off (epsilon_low=%s, "
                 "epsilon_high=%s -> no clip), as the KL-Cov paper and verl do; the KL-Cov penalty is the only trust "
                 "region. Set kl_cov_ppo_clip=True to keep TRL's clip (DAPO's clip-higher, CISPO's cap).",
-                trainer.epsilon_low,
-                trainer.epsilon_high,
+                *host.ratio_clip,
             )
-            trainer.epsilon_low = math.inf
-            trainer.epsilon_high = math.inf
+            host.drop_ratio_clip()
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         selected = kl_cov_mask(
@@ -126,7 +124,7 @@ class KLCov(_CovarianceClip):
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         # (B, T); weighted like TRL's policy loss (entropy / off-policy masks, vLLM importance-sampling ratio).
         penalty = ctx.weighted(kl_cov_penalty(ctx.logps, ctx.old_logps, ctx.selected))
-        coll = self.trainer.ext_collectives
+        coll = self.host.collectives
         stats = coll.all_sum(torch.stack([penalty.detach().sum(), ctx.selected.sum().float()]))
         self.log_metric(ctx.mode, "kl_cov/penalty_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
         return self.args.kl_cov_coef * self.aggregate(penalty, ctx)

@@ -1,0 +1,187 @@
+"""The boundary between the families and TRL (issue 12): families talk to a narrow Host; TRL's private surface lives in
+trainer.py and trl_compat.py only, is declared, and exists in the installed TRL; no module-level import cycle."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "trl_grpo_ext"
+FAMILY_MODULES = sorted((PACKAGE / "families").glob("*.py"))
+#: Objects a family module must not reach: the trainer and accelerate live behind the host.
+FORBIDDEN_NAMES = {"trainer", "accelerator", "_trainer"}
+
+
+def _attribute_chains(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            yield node
+
+
+@pytest.mark.parametrize("path", FAMILY_MODULES, ids=[p.name for p in FAMILY_MODULES])
+def test_family_modules_touch_only_the_host(path):
+    tree = ast.parse(path.read_text())
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            problems.append(f"line {node.lineno}: name {node.id!r}")
+        if isinstance(node, ast.Attribute):
+            if node.attr in FORBIDDEN_NAMES:
+                problems.append(f"line {node.lineno}: .{node.attr}")
+            # a private attribute of anything but the extension itself (self._window is its own state)
+            owner = node.value
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    problems.append(f"line {node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = getattr(node, "module", None) or ""
+            names = [a.name for a in node.names]
+            if module.endswith("trainer") or "accelerate" in module or any("accelerate" in n for n in names):
+                problems.append(f"line {node.lineno}: imports {module or names}")
+    assert not problems, f"{path.name} reaches past the Host: {problems}"
+
+
+def test_extensions_receive_the_host_not_the_trainer(make_trainer):
+    from trl_grpo_ext.trainer import TrainerHost
+
+    trainer = make_trainer(
+        token_clip="clip_cov", sample_filter="best_of_n", kl_control="adaptive", beta=0.04, entropy_control="aepo"
+    )
+    assert trainer.extensions and all(isinstance(e.host, TrainerHost) for e in trainer.extensions.values())
+    assert all(not hasattr(e, "trainer") for e in trainer.extensions.values())
+
+
+# ---------------------------------------------------------------------------------------------- TRL's private surface
+def _trl_owned_names() -> set[str]:
+    """Names GRPOTrainer 1.16 defines: its methods and the attributes its __init__ sets."""
+    from trl import GRPOTrainer
+
+    methods = {name for name, _ in inspect.getmembers(GRPOTrainer) if name in vars(GRPOTrainer)}
+    attributes = set(re.findall(r"self\.(\w+)\s*(?::[^=\n]+)?=", inspect.getsource(GRPOTrainer.__init__)))
+    return methods | attributes
+
+
+def _names_used_on_trl(path: Path) -> set[str]:
+    """Attribute names read or written in ``path`` on the trainer (``self`` in the trainer, ``trainer`` or
+    ``self._trainer`` in the host)."""
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            owner = ast.unparse(node.value)
+            if owner in ("self", "trainer", "self._trainer"):
+                used.add(node.attr)
+    return used
+
+
+def test_trl_private_surface_is_declared_and_exists(make_trainer):
+    """Every GRPOTrainer-defined name the plugin uses is in ``TRL_SURFACE`` (the list a TRL port reviews), and every
+    declared name exists on a GRPOTrainer 1.16 instance."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext.trainer import GRPOExtTrainer
+    from trl_grpo_ext.trl_compat import TRL_OPTIONAL_SURFACE, TRL_SURFACE
+
+    own = set(vars(GRPOExtTrainer)) | {"ext_collectives", "extensions", "ext_host", "ext_clock", "collapse_monitor"}
+    used = (_names_used_on_trl(PACKAGE / "trainer.py") & _trl_owned_names()) - own
+    assert used <= set(TRL_SURFACE), f"undeclared TRL names used: {sorted(used - set(TRL_SURFACE))}"
+    trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig)
+    trainer._step = 0  # set by TRL's training loop
+    missing = [name for name in TRL_SURFACE if not hasattr(trainer, name)]
+    assert not missing, f"TRL {__import__('trl').__version__} lacks {missing}"
+    init = inspect.getsource(GRPOTrainer.__init__)
+    assert all(f"self.{name} =" in init for name in TRL_OPTIONAL_SURFACE)
+
+
+# ---------------------------------------------------------------------------------------------- import structure
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _module_level_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Package modules imported when ``name`` is executed (not inside functions or ``if TYPE_CHECKING``)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                found.add(module)
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+
+    visit(ast.parse(path.read_text()).body)
+    return {m for m in found if m in modules and m != name}
+
+
+def test_no_module_level_import_cycle():
+    modules = _modules()
+    graph = {name: _module_level_imports(name, path, modules) for name, path in modules.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(name, stack):
+        state[name] = 1
+        for other in sorted(graph[name]):
+            if state.get(other) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(other) :], other]))
+            elif other not in state:
+                visit(other, [*stack, other])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, cycles
+    assert "trl_grpo_ext.families" not in graph["trl_grpo_ext.config"]  # config validates through lazy lookups
+    assert "trl_grpo_ext.callbacks" not in graph["trl_grpo_ext.config"]
+
+
+FRESH = [
+    "trl_grpo_ext.config",
+    "trl_grpo_ext.families.base",
+    "trl_grpo_ext.families",
+    "trl_grpo_ext.callbacks",
+    "trl_grpo_ext.trainer",
+    "trl_grpo_ext.core",
+]
+
+
+def test_each_key_module_imports_alone_in_a_fresh_interpreter():
+    def run(module):
+        return module, subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+
+    with ThreadPoolExecutor(2) as pool:
+        failures = {m: p.stderr[-2000:] for m, p in pool.map(run, FRESH) if p.returncode != 0}
+    assert not failures, failures
+    light = subprocess.run(
+        [sys.executable, "-c", "import sys, trl_grpo_ext.core; print('trl' in sys.modules)"],
+        capture_output=True,
+        text=True,
+    )
+    assert light.stdout.strip() == "False", "the pure core must not import TRL"
