@@ -133,6 +133,9 @@ CONFIG_ERRORS = [
     ("sample_filter", dict(sample_filter=["best_of_n"])),  # a list where one name belongs
     ("kl_control", dict(kl_control=["adaptive"])),
     ("token_clip", dict(token_clip=None)),
+    ("loss_type", dict(token_clip="clip_cov", loss_type="grpo_v2")),  # a TRL loss type this release does not know
+    ("loss_type", dict(sample_filter="best_of_n", loss_type="new_loss")),
+    ("sample_filter", dict(sample_filter="none ")),
 ]
 
 

@@ -63,8 +63,8 @@ def test_registered_strategy_is_used_and_checked():
         with pytest.raises(ValueError, match="already registered"):
             SAMPLE_FILTER_STRATEGIES.register("test_first_only")(first_only)
     finally:
-        SAMPLE_FILTER_STRATEGIES._items.pop("test_first_only")
-        SAMPLE_FILTER_STRATEGIES._items.pop("test_wrong_shape")
+        SAMPLE_FILTER_STRATEGIES.unregister("test_first_only")
+        SAMPLE_FILTER_STRATEGIES.unregister("test_wrong_shape")
 
 
 def test_r_squared():
@@ -84,7 +84,7 @@ def test_rank_filter_strategies_prefers_reliable_extremes():
     reward = torch.where(noisy_middle, torch.rand(400, generator=gen), true)
     ranking = rank_filter_strategies(reward, true, 8, generator=gen)
     names = [name for name, _ in ranking]
-    assert set(names) == {"none", "best_of_n", "best_random", "best_worst", "nonzero_std"}
+    assert {"none", "best_of_n", "best_random", "best_worst", "nonzero_std"} <= set(names)  # + any registered
     scores = dict(ranking)
     assert scores["best_worst"] > scores["none"]
     assert [s for _, s in ranking] == sorted((s for _, s in ranking), reverse=True)

@@ -1,7 +1,18 @@
-import pytest
+"""Registries drive coverage (issue 12): the config's choices are the registries' names, every registered member of
+every family trains in a tiny run and logs the metrics it declares, and a variant registered from outside the
+package (here, in this test module) is accepted by the config, built by the trainer and swept like a built-in."""
 
-from trl_grpo_ext.core import Registry
-from trl_grpo_ext.families import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, TOKEN_CLIPS, registry_for
+import dataclasses
+import math
+import typing
+
+import pytest
+import torch
+from conftest import last_logs
+
+from trl_grpo_ext import GRPOExtConfig
+from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, Registry
+from trl_grpo_ext.families import FAMILIES, TOKEN_CLIPS, Extension, Off
 
 
 def test_register_get_and_duplicate_guard():
@@ -22,14 +33,99 @@ def test_register_get_and_duplicate_guard():
         reg.register("")
 
 
-def test_builtin_family_names():
-    assert ADVANTAGE_ESTIMATORS.names() == ["grpo", "prm"]
-    assert TOKEN_CLIPS.names() == ["clip_cov", "kl_cov", "none"]
-    assert KL_CONTROLLERS.names() == ["adaptive", "diversity", "fixed"]
-    assert registry_for("sample_filter").names() == [
-        "none",
-        "best_of_n",
-        "best_random",
-        "best_worst",
-        "nonzero_std",
-    ]
+def test_subscribe_sees_past_and_future_entries():
+    source, derived = Registry("source"), Registry("derived")
+    source.register("x")(1)
+    source.subscribe(lambda name, obj: derived.register(name)(obj * 10))
+    source.register("y")(2)
+    assert derived.get("x") == 10 and derived.get("y") == 20
+
+
+# ---------------------------------------------------------------------------------------------- a variant from outside
+@TOKEN_CLIPS.register("test_sign_flip_guard")
+class SignFlipGuard(Extension):
+    """A token clip defined outside the package: detaches the tokens whose advantage and ratio disagree in sign."""
+
+    metrics = ("test_guard/detached_frac",)
+
+    def modify_logps(self, logps, ctx):
+        ratio = logps.detach() - ctx.old_logps
+        chosen = ctx.policy_mask & (torch.sign(ratio) * torch.sign(ctx.advantages) < 0)
+        self.log_metric(ctx.mode, "test_guard/detached_frac", float(chosen.float().mean()))
+        return torch.where(chosen, logps.detach(), logps)
+
+
+@SAMPLE_FILTER_STRATEGIES.register("test_above_mean")
+def above_mean(grouped, generator):  # (P, G) rewards -> (P, G) keep
+    return grouped >= grouped.nanmean(dim=1, keepdim=True)
+
+
+def _builtin(switch: str) -> set[str]:
+    registry = FAMILIES[switch]
+    names = set()
+    for name in registry.names():
+        strategy = switch == "sample_filter" and name != "none"
+        owner = SAMPLE_FILTER_STRATEGIES.get(name) if strategy else registry.get(name)
+        if owner.__module__.startswith("trl_grpo_ext."):
+            names.add(name)
+    return names
+
+
+@pytest.mark.parametrize("switch", list(FAMILIES))
+def test_config_choices_are_the_registry_names(switch):
+    """The Literal that --help shows lists exactly the built-in members; every registered name is accepted."""
+    hints = typing.get_type_hints(GRPOExtConfig)
+    assert set(typing.get_args(hints[switch])) == _builtin(switch)
+    default = next(f.default for f in dataclasses.fields(GRPOExtConfig) if f.name == switch)
+    assert default in FAMILIES[switch]
+    assert FAMILIES[switch].get(default).is_off or switch == "advantage_estimator"
+
+
+def test_outside_variants_are_accepted_and_built(make_trainer):
+    trainer = make_trainer(token_clip="test_sign_flip_guard", sample_filter="test_above_mean", max_steps=2)
+    assert isinstance(trainer.extensions["token_clip"], SignFlipGuard)
+    assert trainer.extensions["sample_filter"].strategy == "test_above_mean"
+    with pytest.raises(ValueError, match=r"token_clip='not_registered'.*test_sign_flip_guard"):
+        make_trainer(token_clip="not_registered")
+
+
+def test_every_family_has_one_off_member():
+    for switch, registry in FAMILIES.items():
+        off = [name for name in registry.names() if registry.get(name).is_off]
+        assert off == ([] if switch == "advantage_estimator" else [off[0]]), (switch, off)
+        assert all(registry.get(name) is Off for name in off)
+
+
+# ---------------------------------------------------------------------------------------------- the sweep
+def _digit_steps(prompts, completions, steps, **kwargs):
+    return [[sum(ch.isdigit() for ch in s) / len(s) for s in row] for row in steps]
+
+
+SWEEP = [
+    (switch, name)
+    for switch, registry in FAMILIES.items()
+    for name in registry.names()
+    if not registry.get(name).is_off and registry.get(name).metrics
+]
+
+
+@pytest.mark.filterwarnings("ignore:.*not a percentage")
+@pytest.mark.parametrize(("switch", "name"), SWEEP, ids=[f"{s}={n}" for s, n in SWEEP])
+def test_every_registered_member_trains_and_logs_its_metrics(make_trainer, switch, name):
+    cls = FAMILIES[switch].get(name)
+    kwargs = {"trainer_kwargs": {"step_reward_funcs": [_digit_steps]}} if name == "prm" else {}
+    trainer = make_trainer(max_steps=2, max_completion_length=8, **{switch: name, **cls.example_config}, **kwargs)
+    trainer.train()
+    logs = last_logs(trainer)
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    for key in cls.metrics:
+        assert any(key in h for h in logs), f"{switch}={name} did not log {key}"
+
+
+def test_sweep_covers_the_outside_variants_and_every_builtin():
+    swept = set(SWEEP)
+    assert ("token_clip", "test_sign_flip_guard") in swept and ("sample_filter", "test_above_mean") in swept
+    for switch in FAMILIES:
+        for name in _builtin(switch):
+            cls = FAMILIES[switch].get(name)
+            assert cls.is_off or not cls.metrics or (switch, name) in swept

@@ -446,6 +446,18 @@ class GRPOExtConfig(GRPOConfig):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in registry:
                 _fail(name, value, "unknown value (one name, a string)", f"use one of {registry.names()}")
+        from .trl_compat import KNOWN_LOSS_TYPES, TRL_VERSION
+
+        defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
+        active = [f"{s}={getattr(self, s)!r}" for s in self.FAMILY_SWITCHES if getattr(self, s) != defaults[s]]
+        if active and self.loss_type not in KNOWN_LOSS_TYPES:
+            _fail(
+                "loss_type",
+                self.loss_type,
+                f"{', '.join(active)} add loss terms aggregated like TRL {TRL_VERSION}'s loss types "
+                f"{sorted(KNOWN_LOSS_TYPES)}, and this one is not among them (they would be aggregated wrongly)",
+                "use one of those loss types, or switch the families off (plain GRPOTrainer)",
+            )
         for name, allowed in (
             ("advantage_std", ("sample", "population")),
             ("token_clip_scope", ("local", "global")),

@@ -37,17 +37,8 @@ from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroup
 from .config import GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
 from .core.diversity import pass_at_k
-from .families import (
-    ADVANTAGE_ESTIMATORS,
-    ENTROPY_CONTROLS,
-    KL_CONTROLLERS,
-    TOKEN_CLIPS,
-    Extension,
-    GenerationBatch,
-    LossContext,
-)
+from .families import FAMILIES, Extension, GenerationBatch, LossContext
 from .families.base import Rollout
-from .families.sample_filter import PolicyFilter
 from .trl_compat import (
     TRL_VERSION,
     aggregate_like_loss_type,
@@ -407,17 +398,11 @@ class GRPOExtTrainer(GRPOTrainer):
         self._ext_reward_call: dict[str, Any] | None = None
         self._ext_loss_ctx: LossContext | None = None
         self.extensions: dict[str, Extension] = {}
-        builders = [
-            ("advantage_estimator", ADVANTAGE_ESTIMATORS.get(args.advantage_estimator)),
-            ("sample_filter", None if args.sample_filter == "none" else PolicyFilter),
-            ("token_clip", TOKEN_CLIPS.get(args.token_clip)),
-            ("kl_control", KL_CONTROLLERS.get(args.kl_control)),
-            ("entropy_control", ENTROPY_CONTROLS.get(args.entropy_control)),
-        ]
         self.ext_host = TrainerHost(self)
-        for family, cls in builders:
-            if cls is not None:
-                self.extensions[family] = cls(self.ext_host)
+        for switch, registry in FAMILIES.items():  # one member per family, in the order the hooks run
+            cls = registry.get(getattr(args, switch))
+            if not cls.is_off:
+                self.extensions[switch] = cls(self.ext_host)
         self.collapse_monitor = None
         if args.diversity_metrics:
             self.collapse_monitor = CollapseMonitor(
@@ -598,7 +583,9 @@ class GRPOExtTrainer(GRPOTrainer):
             mode = "train" if self.model.training else "eval"
             completion_mask = inputs["completion_mask"]
             mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-            row_scale = PolicyFilter.row_scale(inputs, self.loss_type, self.args.pf_rescale)
+            row_scale = 1.0
+            for extension in self.extensions.values():
+                row_scale *= extension.loss_scale(inputs, mode)
             if row_scale != 1.0:
                 inputs = {**inputs, "advantages": inputs["advantages"] * row_scale}
             ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)

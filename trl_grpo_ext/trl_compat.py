@@ -17,6 +17,8 @@ TRL_VERSION = "1.16"
 PER_SEQUENCE_LOSS_TYPES = frozenset({"grpo", "sapo", "luspo", "dr_grpo"})
 #: Loss types normalised by the global token count ``num_items_in_batch``.
 TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
+#: Every loss type whose aggregation :func:`aggregate_like_loss_type` copies.
+KNOWN_LOSS_TYPES = PER_SEQUENCE_LOSS_TYPES | TOKEN_COUNT_LOSS_TYPES | {"bnpo"}
 
 
 def aggregate_like_loss_type(

@@ -28,6 +28,8 @@ class Registry(Generic[T]):
     def __init__(self, family: str):
         self.family = family
         self._items: dict[str, T] = {}
+        self._listeners: list[Callable[[str, T], None]] = []
+        self._removal_listeners: list[Callable[[str], None]] = []
 
     def register(self, name: str, *, override: bool = False) -> Callable[[T], T]:
         """Decorator registering an object under ``name``; registering a name twice raises unless ``override``."""
@@ -41,9 +43,29 @@ class Registry(Generic[T]):
                     f"or pass override=True to replace it on purpose."
                 )
             self._items[name] = obj
+            for listener in self._listeners:
+                listener(name, obj)
             return obj
 
         return decorator
+
+    def subscribe(self, listener: Callable[[str, T], None], on_unregister: Callable[[str], None] | None = None):
+        """Call ``listener(name, obj)`` for every entry, those registered so far and every later one, and
+        ``on_unregister(name)`` when one is removed (how one registry derives its entries from another's, e.g. a
+        family member per core strategy)."""
+        self._listeners.append(listener)
+        if on_unregister is not None:
+            self._removal_listeners.append(on_unregister)
+        for name, obj in list(self._items.items()):
+            listener(name, obj)
+
+    def unregister(self, name: str) -> T:
+        """Remove ``name`` (tests, notebooks re-running a cell); derived registries follow."""
+        obj = self.get(name)
+        del self._items[name]
+        for listener in self._removal_listeners:
+            listener(name)
+        return obj
 
     def get(self, name: str) -> T:
         """The implementation registered under ``name``; a ``ValueError`` listing the valid names otherwise."""

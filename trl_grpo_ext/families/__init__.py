@@ -21,21 +21,29 @@ from . import advantage, entropy_control, kl_control, prm, sample_filter, token_
 from .base import (
     ADVANTAGE_ESTIMATORS,
     ENTROPY_CONTROLS,
+    FAMILIES,
     KL_CONTROLLERS,
+    SAMPLE_FILTERS,
     TOKEN_CLIPS,
     Extension,
     GenerationBatch,
+    Host,
     LossContext,
+    Off,
 )
 from .base import registry_for as registry_for
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ENTROPY_CONTROLS",
+    "FAMILIES",
     "KL_CONTROLLERS",
+    "SAMPLE_FILTERS",
     "TOKEN_CLIPS",
     "Extension",
     "GenerationBatch",
+    "Host",
     "LossContext",
+    "Off",
     "registry_for",
 ]

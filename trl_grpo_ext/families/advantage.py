@@ -21,6 +21,8 @@ class OutcomeAdvantage(Extension):
     With ``advantage_std="sample"`` TRL's own advantages are kept untouched (bit-for-bit parity with GRPOTrainer).
     """
 
+    docs = "outcome_advantages.md"
+
     def on_generation(self, batch: GenerationBatch) -> None:
         if self.args.advantage_std == "sample":
             return

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from ..core.collectives import Collectives
 from ..core.registry import Registry
-from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES
 from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
 
 
@@ -217,9 +216,20 @@ class Extension:
         ``on_generation(batch)``: after TRL scored a generation batch (edit ``batch.output``).
         ``modify_logps(logps, ctx)``: inside the loss, on the log-probs TRL's loss is about to use.
         ``extra_loss(ctx)``: a term added to TRL's loss (aggregate it with :meth:`aggregate`).
+        ``loss_scale(inputs, mode)``: a factor for this micro-batch's per-sequence loss (the trainer scales the
+            advantages by the product of the factors; ``ctx.row_scale`` holds it for :meth:`aggregate`).
         ``after_loss(ctx)``: after the loss of a micro-batch (accumulate statistics, act at optimizer-step ends).
         ``state_dict()`` / ``load_state_dict(state)``: saved in and restored from checkpoints.
     """
+
+    #: True for a family's "off" member (:class:`Off`): the trainer skips it.
+    is_off: ClassVar[bool] = False
+    #: Metric keys the member logs every time it acts (the registry sweep checks them; dashboards group by prefix).
+    metrics: ClassVar[tuple[str, ...]] = ()
+    #: Config fields the member needs besides its switch, with working values (the sweep and the docs use them).
+    example_config: ClassVar[dict[str, Any]] = {}
+    #: The docs page of the method.
+    docs: ClassVar[str] = ""
 
     def __init__(self, host: Host):
         self.host = host
@@ -230,6 +240,9 @@ class Extension:
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return logps
+
+    def loss_scale(self, inputs: dict[str, Any], mode: str) -> float:
+        return 1.0
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         return None
@@ -271,31 +284,29 @@ class Extension:
         return value
 
 
+class Off(Extension):
+    """The "off" member every family registers (``token_clip="none"``, ``kl_control="fixed"``, ...): no hooks; the
+    trainer does not instantiate it, so a run with every family off is TRL's ``GRPOTrainer``."""
+
+    is_off = True
+
+
 ADVANTAGE_ESTIMATORS: Registry[type[Extension]] = Registry("advantage_estimator")
-TOKEN_CLIPS: Registry[type[Extension] | None] = Registry("token_clip")
-KL_CONTROLLERS: Registry[type[Extension] | None] = Registry("kl_control")
-ENTROPY_CONTROLS: Registry[type[Extension] | None] = Registry("entropy_control")
+TOKEN_CLIPS: Registry[type[Extension]] = Registry("token_clip")
+SAMPLE_FILTERS: Registry[type[Extension]] = Registry("sample_filter")
+KL_CONTROLLERS: Registry[type[Extension]] = Registry("kl_control")
+ENTROPY_CONTROLS: Registry[type[Extension]] = Registry("entropy_control")
+
+#: config switch -> its family's registry, in the order the trainer runs the members.
+FAMILIES: dict[str, Registry[type[Extension]]] = {
+    "advantage_estimator": ADVANTAGE_ESTIMATORS,
+    "sample_filter": SAMPLE_FILTERS,
+    "token_clip": TOKEN_CLIPS,
+    "kl_control": KL_CONTROLLERS,
+    "entropy_control": ENTROPY_CONTROLS,
+}
 
 
-class _WithNone:
-    """The sample-filter names: ``"none"`` plus the core strategies (register strategies in the core registry)."""
-
-    family = "sample_filter"
-
-    def __contains__(self, name: object) -> bool:
-        return name == "none" or name in SAMPLE_FILTER_STRATEGIES
-
-    def names(self) -> list[str]:
-        return ["none", *SAMPLE_FILTER_STRATEGIES.names()]
-
-
-def registry_for(switch: str):
+def registry_for(switch: str) -> Registry[type[Extension]]:
     """The registry behind a config switch (``advantage_estimator``, ``token_clip``, ``sample_filter``, ...)."""
-    registries = {
-        "advantage_estimator": ADVANTAGE_ESTIMATORS,
-        "token_clip": TOKEN_CLIPS,
-        "kl_control": KL_CONTROLLERS,
-        "entropy_control": ENTROPY_CONTROLS,
-        "sample_filter": _WithNone(),
-    }
-    return registries[switch]
+    return FAMILIES[switch]

@@ -11,11 +11,11 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ..core.aepo import aepo_per_token_loss, aepo_select, aepo_temperature, high_entropy_mask
 from ..core.state import state_number
-from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, LossContext
+from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, LossContext, Off
 
 logger = logging.getLogger(__name__)
 
-ENTROPY_CONTROLS.register("none")(None)
+ENTROPY_CONTROLS.register("none")(Off)
 
 
 @ENTROPY_CONTROLS.register("aepo")
@@ -46,6 +46,10 @@ class AEPO(Extension):
     Logs ``aepo/temperature``, ``aepo/entropy``, ``aepo/entropy_gap``, ``aepo/samples_used``, ``aepo/positive_frac``,
     ``aepo/extra_gen_time`` (seconds of the extra generation and scoring) and ``aepo/loss``.
     """
+
+    metrics = ("aepo/temperature", "aepo/samples_used", "aepo/positive_frac", "aepo/extra_gen_time")
+    example_config = {"aepo_adv_threshold": 0.0}
+    docs = "aepo.md"
 
     def __init__(self, host):
         super().__init__(host)

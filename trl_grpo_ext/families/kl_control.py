@@ -10,11 +10,11 @@ import torch
 from ..core.diversity import distinct_n_batch
 from ..core.kl_control import AdaptiveKLController, DiversityKLController
 from ..trl_compat import per_token_kl
-from .base import KL_CONTROLLERS, Extension, GenerationBatch, LossContext
+from .base import KL_CONTROLLERS, Extension, GenerationBatch, LossContext, Off
 
 logger = logging.getLogger(__name__)
 
-KL_CONTROLLERS.register("fixed")(None)
+KL_CONTROLLERS.register("fixed")(Off)
 
 
 class _BetaControl(Extension):
@@ -47,6 +47,10 @@ class AdaptiveKL(_BetaControl):
     ``host.beta`` (TRL reads it live, in the loss and for reference log-probs) takes the new value for the next
     step. Logs ``kl/beta`` (beta used in the step), ``kl/value``, ``kl/target``.
     """
+
+    metrics = ("kl/beta", "kl/value", "kl/target")
+    example_config = {"beta": 0.04, "kl_target": 0.01, "kl_horizon": 100}
+    docs = "adaptive_kl.md"
 
     def __init__(self, host):
         super().__init__(host)
@@ -86,6 +90,10 @@ class DiversityKL(_BetaControl):
     gathers the same completions, so all hold the same beta. Logs ``kl/beta``, ``kl/diversity``,
     ``kl/diversity_target``.
     """
+
+    metrics = ("kl/beta", "kl/diversity", "kl/diversity_target")
+    example_config = {"beta": 0.04, "kl_horizon": 100}
+    docs = "monitoring.md"
 
     def __init__(self, host):
         super().__init__(host)

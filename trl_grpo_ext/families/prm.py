@@ -28,6 +28,9 @@ class PRMAdvantage(Extension):
     ``c * A_outcome`` (TRL's group-normalised outcome advantage) to every token.
     """
 
+    metrics = ("prm/steps_mean", "prm/no_step_frac", "prm/single_step_frac", "prm/adv_abs_mean")
+    docs = "prm.md"
+
     def __init__(self, host):
         super().__init__(host)
         args = self.args

@@ -6,9 +6,9 @@ import logging
 
 import torch
 
-from ..core.sample_filter import pf_keep_mask
+from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
 from ..trl_compat import PER_SEQUENCE_LOSS_TYPES
-from .base import Extension, GenerationBatch, LossContext
+from .base import SAMPLE_FILTERS, Extension, GenerationBatch, LossContext, Off
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,9 @@ class PolicyFilter(Extension):
     micro-batch (``pf_rescale``): the advantages of the micro-batch are scaled (the policy term is linear in them)
     and the KL term gets the missing ``(scale - 1) * beta * KL``, so the result equals the loss over the kept rows.
     """
+
+    metrics = ("filter/kept_frac", "filter/kept_reward_mean", "filter/groups_kept_frac", "filter/all_filtered")
+    docs = "pf_ppo.md"
 
     def __init__(self, host):
         super().__init__(host)
@@ -68,11 +71,10 @@ class PolicyFilter(Extension):
         else:
             self.log_metric(batch.mode, "filter/all_filtered", 0.0)
 
-    @staticmethod
-    def row_scale(inputs, loss_type: str, enabled: bool) -> float:
+    def loss_scale(self, inputs, mode: str) -> float:
         """rows / kept rows of the micro-batch for per-sequence loss types (1.0 otherwise or when nothing is kept)."""
         keep = inputs.get(KEEP_KEY)
-        if keep is None or not enabled or loss_type not in PER_SEQUENCE_LOSS_TYPES:
+        if keep is None or not self.args.pf_rescale or self.host.loss_type not in PER_SEQUENCE_LOSS_TYPES:
             return 1.0
         kept = int(keep.sum())
         return keep.numel() / kept if 0 < kept < keep.numel() else 1.0
@@ -84,3 +86,16 @@ class PolicyFilter(Extension):
             return None
         kl = self.trl_kl(ctx)
         return beta * (ctx.row_scale - 1.0) * self.aggregate(kl, ctx, scale_rows=False)
+
+
+SAMPLE_FILTERS.register("none")(Off)
+
+
+def _member_for_strategy(name: str, strategy) -> None:
+    """Every strategy of the core registry (built-in or registered by a user) is a member of this family."""
+    if name == "none":
+        raise ValueError("'none' is the sample_filter family's off switch; register the strategy under another name.")
+    SAMPLE_FILTERS.register(name, override=True)(PolicyFilter)  # a strategy re-registered with override stays one
+
+
+SAMPLE_FILTER_STRATEGIES.subscribe(_member_for_strategy, SAMPLE_FILTERS.unregister)

@@ -14,11 +14,11 @@ import torch
 
 from ..core.collectives import LOCAL
 from ..core.token_clip import clip_cov_mask, kl_cov_mask, kl_cov_penalty, ppo_clipped_mask, token_covariance
-from .base import TOKEN_CLIPS, Extension, LossContext
+from .base import TOKEN_CLIPS, Extension, LossContext, Off
 
 logger = logging.getLogger(__name__)
 
-TOKEN_CLIPS.register("none")(None)
+TOKEN_CLIPS.register("none")(Off)
 
 
 class _CovarianceClip(Extension):
@@ -52,6 +52,9 @@ class ClipCov(_CovarianceClip):
     """
 
     prefix = "clip_cov"
+    metrics = ("clip_cov/selected_frac", "clip_cov/selected_tokens", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac")
+    example_config = {"clip_cov_ratio": 0.05, "clip_cov_lb": -100.0, "clip_cov_ub": 100.0}
+    docs = "clip_cov_kl_cov.md"
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         host = self.host
@@ -101,6 +104,9 @@ class KLCov(_CovarianceClip):
     """
 
     prefix = "kl_cov"
+    metrics = ("kl_cov/selected_frac", "kl_cov/selected_tokens", "kl_cov/cov_mean", "kl_cov/penalty_mean")
+    example_config = {"kl_cov_ratio": 0.05, "num_iterations": 2}
+    docs = "clip_cov_kl_cov.md"
 
     def __init__(self, host):
         super().__init__(host)
