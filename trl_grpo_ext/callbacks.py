@@ -12,10 +12,11 @@ run ``on_log`` before user callbacks). Entropy percentiles come from the per-tok
 pass, gathered from all processes (a seeded subsample of at most ``entropy_sample`` tokens per process).
 
 Where the data comes from:
-    ``GRPOExtTrainer`` feeds the monitor itself (``feeds_collapse_monitor = True``): the completion token ids of each
-    generation batch (:meth:`CollapseMonitor.observe_generation`, the same ids ``kl_control="diversity"`` measures) and
-    the entropies of each training loss pass (:meth:`CollapseMonitor.record_entropy`). Evaluation batches get their own
-    ``eval_diversity/*`` metrics and never reach the alarm.
+    ``GRPOExtTrainer`` builds the monitor on its :class:`~trl_grpo_ext.families.base.Host` (an observer extension,
+    ``trl_grpo_ext.families.observers``) and feeds it the completion token ids of each generation batch
+    (:meth:`CollapseMonitor.observe_generation`, the same ids ``kl_control="diversity"`` measures) and the entropies of
+    each training loss pass (:meth:`CollapseMonitor.record_entropy`); metrics go through the host. Evaluation batches
+    get their own ``eval_diversity/*`` metrics and never reach the alarm.
     With another trainer (TRL's ``GRPOTrainer``) the monitor wraps the trainer's log-prob method for the entropies and
     re-tokenises the completion texts TRL keeps for its completions table; completions logged by an evaluation are
     skipped (``on_evaluate``).
@@ -142,7 +143,7 @@ class CollapseMonitor(TrainerCallback):
         if "repetition" in self.metrics:
             # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on.
             rates = repetition_rates(ids, mask, self.repetition_n)
-            self.trainer._logs["extra"]["repetition"].extend(rates.tolist())
+            self.trainer.log_column("repetition", rates.tolist())
         if mode == "train":
             self._pending = (ids, mask, group_size)
             return
@@ -151,7 +152,7 @@ class CollapseMonitor(TrainerCallback):
         with _clock(self.trainer):
             for key, value in self.diversity_metrics(ids, mask, group_size=group_size).items():
                 if math.isfinite(value):
-                    self.trainer._metrics["eval"][key].append(value)
+                    self._log("eval", key, value)
 
     def record_entropy(self, values: torch.Tensor) -> None:
         """Per-token entropies (1-D, valid tokens only) of one training forward pass."""
@@ -181,13 +182,22 @@ class CollapseMonitor(TrainerCallback):
             values = values[torch.randperm(values.numel(), generator=self._generator)[: self.entropy_sample]]
         self._entropy_chunks.append(values)
 
+    def _log(self, mode: str, key: str, value: float) -> None:
+        if self.fed_by_trainer:
+            self.trainer.log(mode, key, value)  # the host
+        else:
+            self.trainer._metrics[mode][key].append(value)
+
     def _entropy_metrics(self) -> dict[str, float]:
-        acc = self.trainer.accelerator
         local = torch.cat(self._entropy_chunks) if self._entropy_chunks else torch.zeros(0)
         local = local[torch.randperm(local.numel(), generator=self._generator)[: self.entropy_sample]]
         sums = self._entropy_sums.clone()
         self._entropy_chunks, self._entropy_sums = [], torch.zeros(3)
-        if acc.num_processes > 1:
+        if self.fed_by_trainer:
+            host = self.trainer
+            sums = host.collectives.all_sum(sums.to(host.device)).cpu()
+            local = host.collectives.all_cat(local.to(host.device)).cpu()
+        elif (acc := self.trainer.accelerator).num_processes > 1:
             sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
             padded = acc.pad_across_processes(local.to(acc.device), dim=0, pad_index=-1.0)
             local = acc.gather(padded).cpu()
@@ -295,7 +305,7 @@ class CollapseMonitor(TrainerCallback):
         self.last = values
         for key, value in values.items():
             if math.isfinite(value):
-                self.trainer._metrics["train"][key].append(value)
+                self._log("train", key, value)
         return control
 
 

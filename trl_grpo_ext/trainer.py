@@ -39,6 +39,7 @@ from .core.advantages import MAX_ABS_REWARD
 from .core.diversity import pass_at_k
 from .families import FAMILIES, Extension, GenerationBatch, LossContext
 from .families.base import Rollout
+from .families.observers import OBSERVERS
 from .trl_compat import (
     TRL_VERSION,
     aggregate_like_loss_type,
@@ -87,10 +88,14 @@ class TrainerHost:
     (pinned by ``tests/test_trl_contract.py``).
     """
 
+    #: The collapse monitor built on a host is fed by the hooks and logs through it (see CollapseMonitor).
+    feeds_collapse_monitor = True
+
     def __init__(self, trainer: GRPOExtTrainer):
         self._trainer = trainer
         self.args = trainer.args
         self.collectives = trainer.ext_collectives
+        self.ext_clock = trainer.ext_clock
 
     # ------------------------------------------------------------------ state
     @property
@@ -164,6 +169,13 @@ class TrainerHost:
     # ------------------------------------------------------------------ services
     def log(self, mode: str, name: str, value: float) -> None:
         self._trainer._metrics[mode][name].append(float(value))
+
+    def log_column(self, name: str, values: list) -> None:
+        """Extend a column of TRL's completions table (one value per row of the last batch)."""
+        self._trainer._logs["extra"][name].extend(values)
+
+    def add_callback(self, callback) -> None:
+        self._trainer.add_callback(callback)
 
     def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
         return self._trainer.ext_generator(tag, per_rank=per_rank, device=device)
@@ -339,9 +351,6 @@ class GRPOExtTrainer(GRPOTrainer):
     ``GRPOTrainer``.
     """
 
-    #: The collapse monitor gets its token ids and entropies from this trainer's hooks (see CollapseMonitor).
-    feeds_collapse_monitor = True
-
     def __init__(
         self,
         model,
@@ -403,20 +412,10 @@ class GRPOExtTrainer(GRPOTrainer):
             cls = registry.get(getattr(args, switch))
             if not cls.is_off:
                 self.extensions[switch] = cls(self.ext_host)
-        self.collapse_monitor = None
-        if args.diversity_metrics:
-            self.collapse_monitor = CollapseMonitor(
-                self,
-                metrics=args.diversity_metrics,
-                ngram_sizes=args.diversity_ngram_sizes,
-                repetition_n=args.diversity_repetition_n,
-                low_entropy_threshold=args.diversity_low_entropy_threshold,
-                alarm_entropy_min=args.collapse_entropy_min,
-                alarm_distinct2_drop=args.collapse_distinct2_drop,
-                alarm_repetition_max=args.collapse_repetition_max,
-                alarm_action=args.collapse_action,
-            )
-            self.add_callback(self.collapse_monitor)
+        for name in OBSERVERS.names():  # watchers (collapse monitor), switched on by their own fields
+            cls = OBSERVERS.get(name)
+            if cls.enabled(args):
+                self.extensions[name] = cls(self.ext_host)
         self.add_callback(MetricGroupsCallback())
         self.add_callback(ExtTimingCallback(self))  # last, so it times the monitor too
 
@@ -516,8 +515,6 @@ class GRPOExtTrainer(GRPOTrainer):
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         for extension in self.extensions.values():
             extension.on_generation(batch)
-        if self.collapse_monitor is not None:
-            self.collapse_monitor.observe_generation(*batch.global_completions(), group_size, mode)
         if mode == "eval" and self.args.eval_pass_at_k:
             self._log_pass_at_k(batch)
         self._ext_rewards_per_func = self._ext_reward_call = None
@@ -618,8 +615,6 @@ class GRPOExtTrainer(GRPOTrainer):
             ctx.entropies = entropies
             with self.ext_clock.measure():
                 ctx.policy_weight = self._trl_policy_weight(ctx)
-                if self.collapse_monitor is not None and ctx.mode == "train" and entropies is not None:
-                    self.collapse_monitor.record_entropy(entropies.detach()[ctx.inputs["completion_mask"].bool()])
                 for extension in self.extensions.values():
                     logps = extension.modify_logps(logps, ctx)
         return logps, entropies, aux
@@ -659,12 +654,15 @@ class GRPOExtTrainer(GRPOTrainer):
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    @property
+    def collapse_monitor(self) -> CollapseMonitor | None:
+        """The :class:`~trl_grpo_ext.callbacks.CollapseMonitor` of this run (``diversity_metrics``), or None."""
+        observer = self.extensions.get("collapse_monitor")
+        return None if observer is None else observer.monitor
+
     def _stateful(self) -> dict[str, Any]:
-        """Everything with checkpointed state: the extensions (by family) and the collapse monitor."""
-        parts: dict[str, Any] = dict(self.extensions)
-        if self.collapse_monitor is not None:
-            parts["collapse_monitor"] = self.collapse_monitor
-        return parts
+        """Everything with checkpointed state: the extensions, by family or observer name."""
+        return dict(self.extensions)
 
     def ext_state_dict(self) -> dict[str, Any]:
         return {name: part.state_dict() for name, part in self._stateful().items() if part.state_dict()}

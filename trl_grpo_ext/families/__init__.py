@@ -17,7 +17,7 @@ subclass :class:`Extension`, register it, and select it by name; the trainer nee
 
 from __future__ import annotations
 
-from . import advantage, entropy_control, kl_control, prm, sample_filter, token_clip  # noqa: E402,F401  (register the built-ins)
+from . import advantage, entropy_control, kl_control, observers, prm, sample_filter, token_clip  # noqa: F401  (register the built-ins)
 from .base import (
     ADVANTAGE_ESTIMATORS,
     ENTROPY_CONTROLS,
@@ -32,12 +32,14 @@ from .base import (
     Off,
 )
 from .base import registry_for as registry_for
+from .observers import OBSERVERS
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ENTROPY_CONTROLS",
     "FAMILIES",
     "KL_CONTROLLERS",
+    "OBSERVERS",
     "SAMPLE_FILTERS",
     "TOKEN_CLIPS",
     "Extension",

@@ -79,6 +79,12 @@ class Host(Protocol):
     def log(self, mode: str, name: str, value: float) -> None:
         """Append a value to the trainer's metrics of ``mode`` ("train" / "eval"); averaged at the next log."""
 
+    def log_column(self, name: str, values: list) -> None:
+        """Extend a column of TRL's completions table (one value per row of the last generation batch)."""
+
+    def add_callback(self, callback) -> None:
+        """Register a ``TrainerCallback`` (an observer that acts at step ends)."""
+
     def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
         """A generator seeded from (seed, global step, micro-step, tag[, rank])."""
 
