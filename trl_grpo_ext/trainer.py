@@ -36,7 +36,6 @@ from trl import GRPOTrainer
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
-from .core.diversity import pass_at_k
 from .families import FAMILIES, Extension, GenerationBatch, LossContext
 from .families.base import Rollout
 from .families.observers import OBSERVERS
@@ -176,6 +175,41 @@ class TrainerHost:
 
     def add_callback(self, callback) -> None:
         self._trainer.add_callback(callback)
+
+    @torch.no_grad()
+    def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
+        """One greedy decode per (left-padded) prompt with the policy, decoded like TRL's completions (messages for
+        conversational prompts)."""
+        trainer = self._trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        generated = model.generate(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            do_sample=False,
+            max_new_tokens=trainer.max_completion_length,
+            pad_token_id=trainer._tokenizer.pad_token_id,
+            eos_token_id=trainer.eos_token_ids,
+        )
+        texts = trainer._tokenizer.batch_decode(generated[:, prompt_ids.size(1) :], skip_special_tokens=True)
+        if prompts and isinstance(prompts[0], list):  # conversational
+            return [[{"role": "assistant", "content": text}] for text in texts]
+        return texts
+
+    def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
+        """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones are skipped);
+        NaN where every function returned None."""
+        trainer = self._trainer
+        kwargs = self.reward_kwargs(inputs, completion_ids=None)
+        # Not TRL's batch: nothing may reach its completions table or metrics, and its environments are not these.
+        kwargs.update(log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None)
+        kwargs.pop("environments", None)
+        total = torch.zeros(len(prompts), device=trainer.accelerator.device)
+        for weight, func in zip(trainer.reward_weights.tolist(), trainer.reward_funcs, strict=True):
+            if isinstance(func, torch.nn.Module):
+                continue
+            scores = func(prompts=prompts, completions=completions, **kwargs)
+            total += weight * torch.tensor([float("nan") if s is None else s for s in scores], device=total.device)
+        return total
 
     def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
         return self._trainer.ext_generator(tag, per_rank=per_rank, device=device)
@@ -515,8 +549,6 @@ class GRPOExtTrainer(GRPOTrainer):
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         for extension in self.extensions.values():
             extension.on_generation(batch)
-        if mode == "eval" and self.args.eval_pass_at_k:
-            self._log_pass_at_k(batch)
         self._ext_rewards_per_func = self._ext_reward_call = None
 
     def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -525,54 +557,6 @@ class GRPOExtTrainer(GRPOTrainer):
         if acc.num_processes == 1:
             return tensor
         return acc.gather(acc.pad_across_processes(tensor, dim=1, pad_index=0))
-
-    # ------------------------------------------------------------------ evaluation
-    def _log_pass_at_k(self, batch: GenerationBatch) -> None:
-        """Unbiased pass@k from the sampled eval completions; greedy accuracy from one greedy decode per prompt."""
-        args = self.args
-        correct = (torch.nan_to_num(batch.rewards, nan=float("-inf")) >= args.eval_pass_threshold).view(
-            -1, batch.group_size
-        )
-        n, counts = batch.group_size, correct.sum(1).tolist()
-        for k in args.eval_pass_at_k:
-            value = sum(pass_at_k(n, int(c), int(k)) for c in counts) / max(len(counts), 1)
-            self._metrics["eval"][f"pass@k/sampled_{k}"].append(value)
-        if args.eval_pass_greedy:
-            self._metrics["eval"]["pass@k/greedy"].append(self._greedy_accuracy(batch))
-
-    @torch.no_grad()
-    def _greedy_accuracy(self, batch: GenerationBatch) -> float:
-        out = batch.output
-        rows = [i for i in range(out["prompt_ids"].size(0)) if (batch.process_slice.start + i) % batch.group_size == 0]
-        model = self.accelerator.unwrap_model(self.model)
-        local_correct = torch.zeros(0, device=self.accelerator.device)
-        if rows:
-            generated = model.generate(
-                input_ids=out["prompt_ids"][rows],
-                attention_mask=out["prompt_mask"][rows],
-                do_sample=False,
-                max_new_tokens=self.max_completion_length,
-                pad_token_id=self._tokenizer.pad_token_id,
-                eos_token_id=self.eos_token_ids,
-            )
-            completions = self._tokenizer.batch_decode(
-                generated[:, out["prompt_ids"].size(1) :], skip_special_tokens=True
-            )
-            inputs = [batch.inputs[i] for i in rows]
-            keys = [key for key in inputs[0] if key not in ("prompt", "completion", "completion_ids")]
-            kwargs = {key: [row[key] for row in inputs] for key in keys}
-            prompts = [batch.prompts[i] for i in rows]
-            if isinstance(prompts[0], list):  # conversational
-                completions = [[{"role": "assistant", "content": c}] for c in completions]
-            total = torch.zeros(len(rows), device=self.accelerator.device)
-            for weight, func in zip(self.reward_weights.tolist(), self.reward_funcs, strict=True):
-                if isinstance(func, torch.nn.Module):
-                    continue  # model-based reward functions are scored on the sampled completions only
-                scores = func(prompts=prompts, completions=completions, completion_ids=None, **kwargs)
-                total += weight * torch.tensor([float("nan") if s is None else s for s in scores], device=total.device)
-            local_correct = (torch.nan_to_num(total, nan=float("-inf")) >= self.args.eval_pass_threshold).float()
-        stats = self.ext_collectives.all_sum(torch.stack([local_correct.sum(), torch.tensor(float(len(rows)))]))
-        return float(stats[0] / stats[1].clamp(min=1.0))
 
     # ------------------------------------------------------------------ loss side
     def _compute_loss(self, model, inputs):

@@ -85,6 +85,12 @@ class Host(Protocol):
     def add_callback(self, callback) -> None:
         """Register a ``TrainerCallback`` (an observer that acts at step ends)."""
 
+    def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
+        """One greedy decode per (left-padded) prompt, decoded as TRL decodes completions."""
+
+    def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
+        """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones skipped)."""
+
     def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
         """A generator seeded from (seed, global step, micro-step, tag[, rank])."""
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ..callbacks import CollapseMonitor
+from ..core.diversity import pass_at_k
 from ..core.registry import Registry
 from .base import Extension, GenerationBatch, LossContext
 
@@ -55,3 +58,43 @@ class CollapseObserver(Extension):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.monitor.load_state_dict(state)
+
+
+@OBSERVERS.register("pass_at_k")
+class PassAtK(Extension):
+    """``eval_pass_at_k``: unbiased pass@k (Chen et al. 2021) from each evaluation batch's sampled completions, and
+    with ``eval_pass_greedy`` the accuracy of one greedy decode per prompt (``pass@k/greedy``)."""
+
+    docs = "monitoring.md"
+
+    @staticmethod
+    def enabled(args) -> bool:
+        return bool(args.eval_pass_at_k)
+
+    def on_generation(self, batch: GenerationBatch) -> None:
+        if batch.mode != "eval":
+            return
+        args = self.args
+        correct = (torch.nan_to_num(batch.rewards, nan=float("-inf")) >= args.eval_pass_threshold).view(
+            -1, batch.group_size
+        )  # (P, G)
+        n, counts = batch.group_size, correct.sum(1).tolist()
+        for k in args.eval_pass_at_k:
+            value = sum(pass_at_k(n, int(c), int(k)) for c in counts) / max(len(counts), 1)
+            self.log_metric("eval", f"pass@k/sampled_{k}", value)
+        if args.eval_pass_greedy:
+            self.log_metric("eval", "pass@k/greedy", self._greedy_accuracy(batch))
+
+    def _greedy_accuracy(self, batch: GenerationBatch) -> float:
+        host, out = self.host, batch.output
+        # one row per prompt: the first of each group (groups may span processes)
+        rows = [i for i in range(out["prompt_ids"].size(0)) if (batch.process_slice.start + i) % batch.group_size == 0]
+        local_correct = torch.zeros(0, device=host.device)
+        if rows:
+            prompts = [batch.prompts[i] for i in rows]
+            completions = host.greedy_completions(out["prompt_ids"][rows], out["prompt_mask"][rows], prompts)
+            total = host.score_rule_based([batch.inputs[i] for i in rows], prompts, completions)
+            local_correct = (torch.nan_to_num(total, nan=float("-inf")) >= self.args.eval_pass_threshold).float()
+        stats = torch.stack([local_correct.sum(), torch.tensor(float(len(rows)), device=host.device)])
+        stats = host.collectives.all_sum(stats)
+        return float(stats[0] / stats[1].clamp(min=1.0))
