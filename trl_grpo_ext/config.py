@@ -49,18 +49,17 @@ def _check_number(field_name: str, value, *, integer: bool = False, whole=None) 
         _fail(field_name, shown, "must be finite", "write a finite number")
 
 
+class ConfigSection:
+    """One family's part of :class:`GRPOExtConfig`: its fields, its docstring section and its :meth:`check`."""
+
+    def check(self) -> None:
+        """Cross-field checks of this section; a bad value raises ``ValueError`` naming the field and the fix."""
+
+
 @dataclass
-class GRPOExtConfig(GRPOConfig):
+class AdvantageConfig(ConfigSection):
     r"""
-    Configuration for [`GRPOExtTrainer`]: every [`~trl.GRPOConfig`] field plus the anti-collapse families below. With
-    every family at its default the trainer is TRL's `GRPOTrainer`.
-
-    Each family has one switch; its parameters carry the family's prefix. Values are checked in `__post_init__`; a bad
-    value raises `ValueError` naming the field and the fix. All fields parse with `TrlParser` (command line and
-    `--config file.yaml`).
-
-    Parameters:
-        > Advantage estimation
+    > Advantage estimation
 
         advantage_estimator (`str`, *optional*, defaults to `"grpo"`):
             How advantages are computed. `"grpo"`: TRL's group-normalised outcome reward. `"prm"`: process
@@ -70,8 +69,46 @@ class GRPOExtConfig(GRPOConfig):
         advantage_std (`str`, *optional*, defaults to `"sample"`):
             Standard deviation used to normalise rewards in a group: `"sample"` (n - 1, TRL's default) or
             `"population"` (n, as written in DeepSeekMath and the seed document).
+    """
 
-        > Process reward (`advantage_estimator="prm"`)
+    advantage_estimator: Literal["grpo", "prm"] = field(
+        default="grpo",
+        metadata={
+            "help": "How advantages are computed. 'grpo': TRL's group-normalised outcome reward. 'prm': process "
+            "supervision from step rewards (DeepSeekMath sec. 4.1.3)."
+        },
+    )
+    advantage_std: Literal["sample", "population"] = field(
+        default="sample",
+        metadata={
+            "help": "Std used to normalise rewards within a group: 'sample' (n-1, TRL's default) or 'population' "
+            "(n, DeepSeekMath and the seed document)."
+        },
+    )
+
+    def check(self) -> None:
+        if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
+            _fail(
+                "advantage_std",
+                self.advantage_std,
+                f"it recomputes the sum_then_normalize advantages, but multi_objective_aggregation is "
+                f"{self.multi_objective_aggregation!r}",
+                "set multi_objective_aggregation='sum_then_normalize' or keep advantage_std='sample'",
+            )
+        if self.advantage_std == "population" and self.scale_rewards == "none":
+            _fail(
+                "advantage_std",
+                self.advantage_std,
+                "it changes the standard deviation rewards are divided by, but scale_rewards='none' divides by none "
+                "(advantages are reward - group mean), so it would do nothing",
+                "keep advantage_std='sample', or set scale_rewards='group' (or 'batch')",
+            )
+
+
+@dataclass
+class PRMConfig(ConfigSection):
+    r"""
+    > Process reward (`advantage_estimator="prm"`)
 
         prm_step_separator (`str`, *optional*, defaults to `"\n"`):
             Text that ends a step (TRL's PRM `step_separator`). Blank steps are skipped; a completion without it is one
@@ -96,134 +133,8 @@ class GRPOExtConfig(GRPOConfig):
             Token meaning "good step" for a causal-LM PRM.
         prm_causal_bad_token (`str`, *optional*, defaults to `"-"`):
             Token meaning "bad step" for a causal-LM PRM.
-
-        > Token-level clipping (Cui et al. 2025, arXiv 2505.22617)
-
-        token_clip (`str`, *optional*, defaults to `"none"`):
-            `"clip_cov"` removes the gradient of a few random high-covariance tokens; `"kl_cov"` adds a KL penalty
-            `kl_cov_coef * |logp - old_logp|` on the highest-covariance tokens. `"none"` disables both.
-        token_clip_scope (`str`, *optional*, defaults to `"local"`):
-            `"local"`: tokens are chosen within each process's micro-batch (the reference implementation);
-            `"global"`: the covariance means, counts and selection thresholds span all processes.
-        clip_cov_ratio (`float`, *optional*, defaults to `2e-4`):
-            Fraction of valid tokens Clip-Cov detaches (paper and verl; a value above 0.05 warns).
-        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
-            Lower covariance bound of Clip-Cov candidates.
-        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
-            Upper covariance bound of Clip-Cov candidates.
-        kl_cov_ratio (`float`, *optional*, defaults to `2e-3`):
-            Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B; a fraction, not percent:
-            a value above 0.05 warns).
-        kl_cov_coef (`float`, *optional*, defaults to `1.0`):
-            Coefficient of the KL-Cov penalty (paper scripts: 1.0; verl's config default: 0.1).
-        kl_cov_ppo_clip (`bool`, *optional*, defaults to `False`):
-            Keep TRL's PPO ratio clip (`epsilon`, `epsilon_high`) under KL-Cov. The paper and verl drop it (False).
-            With False, a clip you asked for (`epsilon_high`, or `loss_type="cispo"`, whose cap is `epsilon_high`) is
-            refused rather than silently dropped: set `kl_cov_ppo_clip=True` to keep it.
-
-        > Sample filtering (PF-PPO, arXiv 2409.06957)
-
-        sample_filter (`str`, *optional*, defaults to `"none"`):
-            Which completions of each prompt group train: `"best_of_n"`, `"best_random"`, `"best_worst"`,
-            `"nonzero_std"` (drop groups whose rewards are all equal), or `"none"`. Filtered rows are masked out of the
-            loss; advantages are still computed over the full group.
-        pf_rescale (`bool`, *optional*, defaults to `True`):
-            For loss types that average per sequence (`grpo`, `sapo`, `luspo`, `dr_grpo`), rescale each micro-batch so
-            the loss equals the loss over its kept rows alone, instead of being diluted by the masked ones.
-        pf_filter_eval (`bool`, *optional*, defaults to `False`):
-            Also filter evaluation batches. Off by default, so `eval_loss` is computed on every completion and stays
-            comparable with a `GRPOTrainer` run.
-
-        > KL control (Ziegler et al. 2019)
-
-        kl_control (`str`, *optional*, defaults to `"fixed"`):
-            `"fixed"`: TRL's constant `beta`. `"adaptive"`: beta follows `kl_target` (Ziegler's proportional
-            controller on the global per-token mean KL of each optimizer step); needs `beta > 0` as its start.
-        kl_target (`float`, *optional*, defaults to `0.1`):
-            Target per-token mean KL (k3 estimate) of the adaptive controller.
-        kl_horizon (`float`, *optional*, defaults to `10000`):
-            Horizon of the adaptive controller, in completions (Ziegler: 10000).
-        kl_beta_min (`float`, *optional*, defaults to `1e-4`):
-            Lower clamp of beta (> 0: TRL cannot switch the KL term back on once beta is 0).
-        kl_beta_max (`float`, *optional*, defaults to `1.0`):
-            Upper clamp of beta.
-        kl_diversity_n (`int`, *optional*, defaults to `2`):
-            n of the Distinct-N that `kl_control="diversity"` steers (over each generation batch, all processes).
-        kl_diversity_target (`float`, *optional*, defaults to `0.5`):
-            Distinct-N target of `kl_control="diversity"`: beta rises while diversity is below it.
-
-        > Entropy control (AEPO, arXiv 2510.08141)
-
-        entropy_control (`str`, *optional*, defaults to `"none"`):
-            `"aepo"`: each generation batch is generated again at a temperature chosen by the entropy (T_high under
-            target, T_low above); the positive-advantage samples add a REINFORCE term that steers entropy to target.
-            Not TRL's entropy bonus (`entropy_coef`), which it replaces.
-        aepo_target_entropy (`float`, *optional*, defaults to `0.5`):
-            Mean token entropy to hold (reference implementation: 0.5).
-        aepo_temperature_high (`float`, *optional*, defaults to `1.2`):
-            Sampling temperature when entropy is below target.
-        aepo_temperature_low (`float`, *optional*, defaults to `0.8`):
-            Sampling temperature when entropy is at or above target.
-        aepo_coef (`float`, *optional*, defaults to `1.0`):
-            Weight alpha of the REINFORCE term.
-        aepo_max_samples (`int`, *optional*, defaults to `60`):
-            Most reinforced samples per generation batch (half when entropy is above target).
-        aepo_adv_threshold (`float`, *optional*, defaults to `0.05`):
-            Group advantage above which a temperature-T sample is reinforced.
-
-        > Seeing collapse (diversity, entropy, alarm)
-
-        diversity_metrics (`list[str]`, *optional*, defaults to `[]`):
-            Metrics of the `CollapseMonitor` callback: any of `distinct`, `self_bleu`, `repetition`, `unique`,
-            `entropy`. Empty: off.
-        diversity_ngram_sizes (`list[int]`, *optional*, defaults to `[1, 2, 3, 4]`):
-            n of the `diversity/distinct_n` metrics.
-        diversity_repetition_n (`int`, *optional*, defaults to `3`):
-            n of `diversity/repetition` (repeated n-grams inside one completion).
-        diversity_low_entropy_threshold (`float`, *optional*, defaults to `0.1`):
-            Tokens with entropy below it count in `entropy/low_frac`.
-        collapse_entropy_min (`float`, *optional*):
-            Collapse alarm when the mean token entropy falls below it.
-        collapse_distinct2_drop (`float`, *optional*):
-            Collapse alarm when Distinct-2 falls below (1 - drop) x its first value (e.g. 0.5).
-        collapse_repetition_max (`float`, *optional*):
-            Collapse alarm when the mean repetition rate exceeds it.
-        collapse_action (`str`, *optional*, defaults to `"warn"`):
-            What the alarm does besides logging `alarm/collapse`: `"warn"`, `"save"` (a checkpoint) or `"stop"`.
-        eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
-            k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
-            (`num_generations_eval` per prompt). Empty: off.
-        eval_pass_threshold (`float`, *optional*, defaults to `1.0`):
-            A completion counts as correct when its (weighted) reward is at least this.
-        eval_pass_greedy (`bool`, *optional*, defaults to `True`):
-            With `eval_pass_at_k`, also decode each eval prompt greedily once and log `pass@k/greedy` (its accuracy).
-
-        > Checkpoints
-
-        ext_resume_state (`str`, *optional*, defaults to `"load"`):
-            On `resume_from_checkpoint`, `"load"` restores the extensions' state (beta of the KL controllers, AEPO's
-            last entropy and temperature, the alarm's Distinct-2 baseline) from the checkpoint's
-            `grpo_ext_state.json` and refuses a damaged or out-of-range file with an error naming it; `"ignore"`
-            starts them from their initial state (the escape hatch for such a file).
     """
 
-    # Advantage estimation
-    advantage_estimator: Literal["grpo", "prm"] = field(
-        default="grpo",
-        metadata={
-            "help": "How advantages are computed. 'grpo': TRL's group-normalised outcome reward. 'prm': process "
-            "supervision from step rewards (DeepSeekMath sec. 4.1.3)."
-        },
-    )
-    advantage_std: Literal["sample", "population"] = field(
-        default="sample",
-        metadata={
-            "help": "Std used to normalise rewards within a group: 'sample' (n-1, TRL's default) or 'population' "
-            "(n, DeepSeekMath and the seed document)."
-        },
-    )
-
-    # Process reward
     prm_step_separator: str = field(default="\n", metadata={"help": "Text that ends a step (TRL's PRM convention)."})
     prm_step_separator_token_id: int | None = field(
         default=None, metadata={"help": "Cut steps after this token id instead of splitting the text."}
@@ -246,244 +157,7 @@ class GRPOExtConfig(GRPOConfig):
     prm_causal_good_token: str = field(default="+", metadata={"help": "'Good step' token of a causal-LM PRM."})
     prm_causal_bad_token: str = field(default="-", metadata={"help": "'Bad step' token of a causal-LM PRM."})
 
-    # Token-level clipping
-    token_clip: Literal["none", "clip_cov", "kl_cov"] = field(
-        default="none",
-        metadata={
-            "help": "Covariance-based token stabilisation (Cui et al. 2025): 'clip_cov' detaches a few random "
-            "high-covariance tokens, 'kl_cov' penalises the top-covariance tokens with |logp - old_logp|."
-        },
-    )
-    token_clip_scope: Literal["local", "global"] = field(
-        default="local",
-        metadata={
-            "help": "'local': pick tokens within each process's micro-batch (reference implementation); 'global': "
-            "covariance means and selection thresholds span all processes."
-        },
-    )
-    clip_cov_ratio: float = field(default=2e-4, metadata={"help": "Fraction of valid tokens Clip-Cov detaches."})
-    clip_cov_lb: float = field(default=1.0, metadata={"help": "Lower covariance bound of Clip-Cov candidates."})
-    clip_cov_ub: float = field(default=5.0, metadata={"help": "Upper covariance bound of Clip-Cov candidates."})
-    kl_cov_ratio: float = field(
-        default=2e-3,
-        metadata={"help": "Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B)."},
-    )
-    kl_cov_coef: float = field(default=1.0, metadata={"help": "Coefficient of the KL-Cov penalty |logp - old_logp|."})
-    kl_cov_ppo_clip: bool = field(
-        default=False,
-        metadata={"help": "Keep TRL's PPO ratio clip under KL-Cov (the paper and verl drop it)."},
-    )
-
-    # Sample filtering
-    sample_filter: Literal["none", "best_of_n", "best_random", "best_worst", "nonzero_std"] = field(
-        default="none",
-        metadata={
-            "help": "PF-PPO filtering per prompt group: 'best_of_n', 'best_random', 'best_worst', 'nonzero_std', or "
-            "'none'. Filtered completions are masked out of the loss."
-        },
-    )
-    pf_rescale: bool = field(
-        default=True,
-        metadata={
-            "help": "For per-sequence loss types (grpo, sapo, luspo, dr_grpo), rescale each micro-batch's loss to "
-            "the mean over its kept rows instead of diluting it with the masked ones."
-        },
-    )
-    pf_filter_eval: bool = field(
-        default=False,
-        metadata={"help": "Also filter evaluation batches (off: eval_loss uses every completion, as GRPOTrainer)."},
-    )
-
-    # KL control
-    kl_control: Literal["fixed", "adaptive", "diversity"] = field(
-        default="fixed",
-        metadata={
-            "help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target. "
-            "'diversity': beta rises while Distinct-N (kl_diversity_n) is under kl_diversity_target."
-        },
-    )
-    kl_target: float = field(default=0.1, metadata={"help": "Target per-token mean KL of the adaptive controller."})
-    kl_horizon: float = field(
-        default=10000.0, metadata={"help": "Controller horizon, in completions (Ziegler: 10000)."}
-    )
-    kl_beta_min: float = field(default=1e-4, metadata={"help": "Lower clamp of beta (> 0)."})
-    kl_beta_max: float = field(default=1.0, metadata={"help": "Upper clamp of beta."})
-    kl_diversity_n: int = field(default=2, metadata={"help": "n of the Distinct-N that kl_control='diversity' steers."})
-    kl_diversity_target: float = field(
-        default=0.5, metadata={"help": "Distinct-N target of kl_control='diversity' (beta rises below it)."}
-    )
-
-    # Entropy control
-    entropy_control: Literal["none", "aepo"] = field(
-        default="none",
-        metadata={"help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141)."},
-    )
-    aepo_target_entropy: float = field(default=0.5, metadata={"help": "Mean token entropy AEPO holds."})
-    aepo_temperature_high: float = field(default=1.2, metadata={"help": "AEPO temperature below target entropy."})
-    aepo_temperature_low: float = field(default=0.8, metadata={"help": "AEPO temperature at/above target entropy."})
-    aepo_coef: float = field(default=1.0, metadata={"help": "Weight of the AEPO REINFORCE term."})
-    aepo_max_samples: int = field(default=60, metadata={"help": "Most AEPO samples per generation batch."})
-    aepo_adv_threshold: float = field(default=0.05, metadata={"help": "Group advantage above which a sample counts."})
-
-    # Seeing collapse
-    diversity_metrics: list[str] = field(
-        default_factory=list,
-        metadata={"help": "CollapseMonitor metrics: distinct, self_bleu, repetition, unique, entropy (empty: off)."},
-    )
-    diversity_ngram_sizes: list[int] = field(
-        default_factory=lambda: [1, 2, 3, 4], metadata={"help": "n of the diversity/distinct_n metrics."}
-    )
-    diversity_repetition_n: int = field(default=3, metadata={"help": "n of diversity/repetition."})
-    diversity_low_entropy_threshold: float = field(
-        default=0.1, metadata={"help": "Tokens with entropy below it count in entropy/low_frac."}
-    )
-    collapse_entropy_min: float | None = field(
-        default=None, metadata={"help": "Collapse alarm when the mean token entropy falls below it."}
-    )
-    collapse_distinct2_drop: float | None = field(
-        default=None, metadata={"help": "Collapse alarm when Distinct-2 falls below (1 - drop) x its first value."}
-    )
-    collapse_repetition_max: float | None = field(
-        default=None, metadata={"help": "Collapse alarm when the mean repetition rate exceeds it."}
-    )
-    collapse_action: Literal["warn", "save", "stop"] = field(
-        default="warn", metadata={"help": "What the collapse alarm does besides logging: warn, save or stop."}
-    )
-    eval_pass_at_k: list[int] = field(
-        default_factory=list, metadata={"help": "k values of pass@k logged at evaluation (empty: off)."}
-    )
-    eval_pass_threshold: float = field(
-        default=1.0, metadata={"help": "Reward at or above which an eval completion counts as correct."}
-    )
-    eval_pass_greedy: bool = field(
-        default=True, metadata={"help": "With eval_pass_at_k, also log the greedy accuracy (pass@k/greedy)."}
-    )
-    ext_resume_state: Literal["load", "ignore"] = field(
-        default="load",
-        metadata={
-            "help": "On resume: 'load' restores the extensions' state from grpo_ext_state.json (a damaged file is an "
-            "error naming it); 'ignore' starts them from their initial state."
-        },
-    )
-
-    #: The switches that change training; :meth:`without_extensions` sets each to its off value.
-    FAMILY_SWITCHES = (
-        "advantage_estimator",
-        "advantage_std",
-        "token_clip",
-        "sample_filter",
-        "kl_control",
-        "entropy_control",
-    )
-
-    def without_extensions(self, **overrides) -> GRPOExtConfig:
-        """This configuration with every family switched off: vanilla GRPO with the same TRL settings.
-
-        Every switch in :attr:`FAMILY_SWITCHES` goes back to its default (TRL's own behaviour). A KL controller owned
-        ``beta``, so ``beta`` goes back to TRL's default too (no KL term); a fixed ``beta`` the user set is TRL's and
-        stays. The collapse monitor (``diversity_metrics``, ``collapse_*``) observes and stays. ``overrides`` (any
-        fields, e.g. ``output_dir``) apply on top. Used by ``recipes/math_grpo.py`` to train the vanilla baseline.
-        """
-        defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
-        changes = {name: defaults[name] for name in self.FAMILY_SWITCHES}
-        if self.kl_control != "fixed":
-            changes["beta"] = defaults["beta"]
-        # TRL derives generation_batch_size from steps_per_generation in __post_init__ and refuses both at once.
-        changes["generation_batch_size"] = None
-        changes.update(overrides)
-        return dataclasses.replace(self, **changes)
-
-    def __post_init__(self):
-        super().__post_init__()
-        self._check_numbers()
-        self._check_switches()
-        self._check_prm()
-        self._check_token_clip()
-        self._check_kl_control()
-        self._check_monitor()
-        self._check_aepo()
-
-    def _check_numbers(self) -> None:
-        """Every numeric extension field is a finite number of its type (not a string from YAML, not a boolean, not
-        NaN / inf), and TRL's `beta` and `reward_weights`, which the families read, are finite too."""
-        trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-        for f in dataclasses.fields(self):
-            if f.name in trl_fields:
-                continue
-            kind = _type_name(f.type)
-            value = getattr(self, f.name)
-            if kind in ("float", "int", "float|None", "int|None"):
-                # transformers' parser strips `| None` from field.type in place: a None default says it too.
-                if value is None and (kind.endswith("|None") or f.default is None):
-                    continue
-                _check_number(f.name, value, integer=kind.startswith("int"))
-            elif kind == "list[int]":
-                if not isinstance(value, (list, tuple)):
-                    _fail(f.name, value, "must be a list of integers", f"e.g. {f.name}=[1, 2]")
-                for item in value:
-                    _check_number(f.name, item, integer=True, whole=value)
-        _check_number("beta", self.beta)
-        if self.beta < 0:
-            _fail("beta", self.beta, "must be >= 0 (a KL coefficient)", "e.g. beta=0.04, or 0 for no KL term")
-        for weight in self.reward_weights or []:
-            _check_number("reward_weights", weight, whole=self.reward_weights)
-        for name, low, high, example in (
-            ("collapse_entropy_min", 0.0, None, 0.1),
-            ("collapse_repetition_max", 0.0, 1.0, 0.5),
-            ("diversity_low_entropy_threshold", 0.0, None, 0.1),
-        ):
-            value = getattr(self, name)
-            if value is not None and (value < low or (high is not None and value > high)):
-                bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
-                _fail(name, value, f"must lie in {bounds}", f"e.g. {name}={example}")
-
-    # The registries hold the valid names (built-ins and user-registered variants).
-    def _check_switches(self) -> None:
-        from .families import registry_for
-
-        for name in ("advantage_estimator", "token_clip", "sample_filter", "kl_control", "entropy_control"):
-            registry = registry_for(name)
-            value = getattr(self, name)
-            if not isinstance(value, str) or value not in registry:
-                _fail(name, value, "unknown value (one name, a string)", f"use one of {registry.names()}")
-        from .trl_compat import KNOWN_LOSS_TYPES, TRL_VERSION
-
-        defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
-        active = [f"{s}={getattr(self, s)!r}" for s in self.FAMILY_SWITCHES if getattr(self, s) != defaults[s]]
-        if active and self.loss_type not in KNOWN_LOSS_TYPES:
-            _fail(
-                "loss_type",
-                self.loss_type,
-                f"{', '.join(active)} add loss terms aggregated like TRL {TRL_VERSION}'s loss types "
-                f"{sorted(KNOWN_LOSS_TYPES)}, and this one is not among them (they would be aggregated wrongly)",
-                "use one of those loss types, or switch the families off (plain GRPOTrainer)",
-            )
-        for name, allowed in (
-            ("advantage_std", ("sample", "population")),
-            ("token_clip_scope", ("local", "global")),
-            ("ext_resume_state", ("load", "ignore")),
-        ):
-            value = getattr(self, name)
-            if value not in allowed:
-                _fail(name, value, "unknown value", f"use one of {list(allowed)}")
-        if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
-            _fail(
-                "advantage_std",
-                self.advantage_std,
-                f"it recomputes the sum_then_normalize advantages, but multi_objective_aggregation is "
-                f"{self.multi_objective_aggregation!r}",
-                "set multi_objective_aggregation='sum_then_normalize' or keep advantage_std='sample'",
-            )
-        if self.advantage_std == "population" and self.scale_rewards == "none":
-            _fail(
-                "advantage_std",
-                self.advantage_std,
-                "it changes the standard deviation rewards are divided by, but scale_rewards='none' divides by none "
-                "(advantages are reward - group mean), so it would do nothing",
-                "keep advantage_std='sample', or set scale_rewards='group' (or 'batch')",
-            )
-
-    def _check_prm(self) -> None:
+    def check(self) -> None:
         if self.prm_causal_good_token == self.prm_causal_bad_token:
             _fail(
                 "prm_causal_bad_token",
@@ -517,7 +191,63 @@ class GRPOExtConfig(GRPOConfig):
                 "set advantage_estimator='prm' or drop prm_model_name_or_path",
             )
 
-    def _check_token_clip(self) -> None:
+
+@dataclass
+class TokenClipConfig(ConfigSection):
+    r"""
+    > Token-level clipping (Cui et al. 2025, arXiv 2505.22617)
+
+        token_clip (`str`, *optional*, defaults to `"none"`):
+            `"clip_cov"` removes the gradient of a few random high-covariance tokens; `"kl_cov"` adds a KL penalty
+            `kl_cov_coef * |logp - old_logp|` on the highest-covariance tokens. `"none"` disables both.
+        token_clip_scope (`str`, *optional*, defaults to `"local"`):
+            `"local"`: tokens are chosen within each process's micro-batch (the reference implementation);
+            `"global"`: the covariance means, counts and selection thresholds span all processes.
+        clip_cov_ratio (`float`, *optional*, defaults to `2e-4`):
+            Fraction of valid tokens Clip-Cov detaches (paper and verl; a value above 0.05 warns).
+        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
+            Lower covariance bound of Clip-Cov candidates.
+        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
+            Upper covariance bound of Clip-Cov candidates.
+        kl_cov_ratio (`float`, *optional*, defaults to `2e-3`):
+            Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B; a fraction, not percent:
+            a value above 0.05 warns).
+        kl_cov_coef (`float`, *optional*, defaults to `1.0`):
+            Coefficient of the KL-Cov penalty (paper scripts: 1.0; verl's config default: 0.1).
+        kl_cov_ppo_clip (`bool`, *optional*, defaults to `False`):
+            Keep TRL's PPO ratio clip (`epsilon`, `epsilon_high`) under KL-Cov. The paper and verl drop it (False).
+            With False, a clip you asked for (`epsilon_high`, or `loss_type="cispo"`, whose cap is `epsilon_high`) is
+            refused rather than silently dropped: set `kl_cov_ppo_clip=True` to keep it.
+    """
+
+    token_clip: Literal["none", "clip_cov", "kl_cov"] = field(
+        default="none",
+        metadata={
+            "help": "Covariance-based token stabilisation (Cui et al. 2025): 'clip_cov' detaches a few random "
+            "high-covariance tokens, 'kl_cov' penalises the top-covariance tokens with |logp - old_logp|."
+        },
+    )
+    token_clip_scope: Literal["local", "global"] = field(
+        default="local",
+        metadata={
+            "help": "'local': pick tokens within each process's micro-batch (reference implementation); 'global': "
+            "covariance means and selection thresholds span all processes."
+        },
+    )
+    clip_cov_ratio: float = field(default=2e-4, metadata={"help": "Fraction of valid tokens Clip-Cov detaches."})
+    clip_cov_lb: float = field(default=1.0, metadata={"help": "Lower covariance bound of Clip-Cov candidates."})
+    clip_cov_ub: float = field(default=5.0, metadata={"help": "Upper covariance bound of Clip-Cov candidates."})
+    kl_cov_ratio: float = field(
+        default=2e-3,
+        metadata={"help": "Fraction of valid tokens KL-Cov penalises (paper: 2e-3 for 7B, 2e-4 for 32B)."},
+    )
+    kl_cov_coef: float = field(default=1.0, metadata={"help": "Coefficient of the KL-Cov penalty |logp - old_logp|."})
+    kl_cov_ppo_clip: bool = field(
+        default=False,
+        metadata={"help": "Keep TRL's PPO ratio clip under KL-Cov (the paper and verl drop it)."},
+    )
+
+    def check(self) -> None:
         for name in ("clip_cov_ratio", "kl_cov_ratio"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
@@ -582,7 +312,156 @@ class GRPOExtConfig(GRPOConfig):
         generate_every = self.steps_per_generation * self.num_iterations
         return self.gradient_accumulation_steps % generate_every != 0
 
-    def _check_aepo(self) -> None:
+
+@dataclass
+class SampleFilterConfig(ConfigSection):
+    r"""
+    > Sample filtering (PF-PPO, arXiv 2409.06957)
+
+        sample_filter (`str`, *optional*, defaults to `"none"`):
+            Which completions of each prompt group train: `"best_of_n"`, `"best_random"`, `"best_worst"`,
+            `"nonzero_std"` (drop groups whose rewards are all equal), or `"none"`. Filtered rows are masked out of the
+            loss; advantages are still computed over the full group.
+        pf_rescale (`bool`, *optional*, defaults to `True`):
+            For loss types that average per sequence (`grpo`, `sapo`, `luspo`, `dr_grpo`), rescale each micro-batch so
+            the loss equals the loss over its kept rows alone, instead of being diluted by the masked ones.
+        pf_filter_eval (`bool`, *optional*, defaults to `False`):
+            Also filter evaluation batches. Off by default, so `eval_loss` is computed on every completion and stays
+            comparable with a `GRPOTrainer` run.
+    """
+
+    sample_filter: Literal["none", "best_of_n", "best_random", "best_worst", "nonzero_std"] = field(
+        default="none",
+        metadata={
+            "help": "PF-PPO filtering per prompt group: 'best_of_n', 'best_random', 'best_worst', 'nonzero_std', or "
+            "'none'. Filtered completions are masked out of the loss."
+        },
+    )
+    pf_rescale: bool = field(
+        default=True,
+        metadata={
+            "help": "For per-sequence loss types (grpo, sapo, luspo, dr_grpo), rescale each micro-batch's loss to "
+            "the mean over its kept rows instead of diluting it with the masked ones."
+        },
+    )
+    pf_filter_eval: bool = field(
+        default=False,
+        metadata={"help": "Also filter evaluation batches (off: eval_loss uses every completion, as GRPOTrainer)."},
+    )
+
+
+@dataclass
+class KLControlConfig(ConfigSection):
+    r"""
+    > KL control (Ziegler et al. 2019)
+
+        kl_control (`str`, *optional*, defaults to `"fixed"`):
+            `"fixed"`: TRL's constant `beta`. `"adaptive"`: beta follows `kl_target` (Ziegler's proportional
+            controller on the global per-token mean KL of each optimizer step); needs `beta > 0` as its start.
+        kl_target (`float`, *optional*, defaults to `0.1`):
+            Target per-token mean KL (k3 estimate) of the adaptive controller.
+        kl_horizon (`float`, *optional*, defaults to `10000`):
+            Horizon of the adaptive controller, in completions (Ziegler: 10000).
+        kl_beta_min (`float`, *optional*, defaults to `1e-4`):
+            Lower clamp of beta (> 0: TRL cannot switch the KL term back on once beta is 0).
+        kl_beta_max (`float`, *optional*, defaults to `1.0`):
+            Upper clamp of beta.
+        kl_diversity_n (`int`, *optional*, defaults to `2`):
+            n of the Distinct-N that `kl_control="diversity"` steers (over each generation batch, all processes).
+        kl_diversity_target (`float`, *optional*, defaults to `0.5`):
+            Distinct-N target of `kl_control="diversity"`: beta rises while diversity is below it.
+    """
+
+    kl_control: Literal["fixed", "adaptive", "diversity"] = field(
+        default="fixed",
+        metadata={
+            "help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target. "
+            "'diversity': beta rises while Distinct-N (kl_diversity_n) is under kl_diversity_target."
+        },
+    )
+    kl_target: float = field(default=0.1, metadata={"help": "Target per-token mean KL of the adaptive controller."})
+    kl_horizon: float = field(
+        default=10000.0, metadata={"help": "Controller horizon, in completions (Ziegler: 10000)."}
+    )
+    kl_beta_min: float = field(default=1e-4, metadata={"help": "Lower clamp of beta (> 0)."})
+    kl_beta_max: float = field(default=1.0, metadata={"help": "Upper clamp of beta."})
+    kl_diversity_n: int = field(default=2, metadata={"help": "n of the Distinct-N that kl_control='diversity' steers."})
+    kl_diversity_target: float = field(
+        default=0.5, metadata={"help": "Distinct-N target of kl_control='diversity' (beta rises below it)."}
+    )
+
+    def check(self) -> None:
+        if not (math.isfinite(self.kl_beta_min) and self.kl_beta_min > 0):
+            _fail(
+                "kl_beta_min",
+                self.kl_beta_min,
+                "must be > 0: TRL builds no reference model when beta reaches 0 and cannot restart the KL term",
+                "e.g. kl_beta_min=1e-4",
+            )
+        if not self.kl_beta_max >= self.kl_beta_min:
+            _fail("kl_beta_max", self.kl_beta_max, f"must be >= kl_beta_min={self.kl_beta_min}", "raise kl_beta_max")
+        if not (math.isfinite(self.kl_target) and self.kl_target > 0):
+            _fail("kl_target", self.kl_target, "must be a finite KL > 0", "e.g. kl_target=0.1 (per-token mean KL)")
+        if not (math.isfinite(self.kl_horizon) and self.kl_horizon > 0):
+            _fail("kl_horizon", self.kl_horizon, "must be > 0", "e.g. kl_horizon=10000 (completions)")
+        if not 0 < self.kl_diversity_target <= 1:
+            _fail("kl_diversity_target", self.kl_diversity_target, "Distinct-N lies in (0, 1]", "e.g. 0.5")
+        if self.kl_diversity_n < 1:
+            _fail("kl_diversity_n", self.kl_diversity_n, "must be >= 1", "e.g. kl_diversity_n=2")
+        if self.kl_control == "fixed":
+            return
+        if self.beta == 0.0:
+            _fail(
+                "beta",
+                self.beta,
+                f"kl_control={self.kl_control!r} needs a starting beta > 0: with beta=0 TRL creates no reference "
+                "model and the KL term can never switch on",
+                "set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
+            )
+        if not self.kl_beta_min <= self.beta <= self.kl_beta_max:
+            _fail(
+                "beta",
+                self.beta,
+                f"the starting beta must lie in [kl_beta_min, kl_beta_max] = [{self.kl_beta_min}, {self.kl_beta_max}]",
+                "move beta inside the clamp or widen the clamp",
+            )
+
+
+@dataclass
+class EntropyControlConfig(ConfigSection):
+    r"""
+    > Entropy control (AEPO, arXiv 2510.08141)
+
+        entropy_control (`str`, *optional*, defaults to `"none"`):
+            `"aepo"`: each generation batch is generated again at a temperature chosen by the entropy (T_high under
+            target, T_low above); the positive-advantage samples add a REINFORCE term that steers entropy to target.
+            Not TRL's entropy bonus (`entropy_coef`), which it replaces.
+        aepo_target_entropy (`float`, *optional*, defaults to `0.5`):
+            Mean token entropy to hold (reference implementation: 0.5).
+        aepo_temperature_high (`float`, *optional*, defaults to `1.2`):
+            Sampling temperature when entropy is below target.
+        aepo_temperature_low (`float`, *optional*, defaults to `0.8`):
+            Sampling temperature when entropy is at or above target.
+        aepo_coef (`float`, *optional*, defaults to `1.0`):
+            Weight alpha of the REINFORCE term.
+        aepo_max_samples (`int`, *optional*, defaults to `60`):
+            Most reinforced samples per generation batch (half when entropy is above target).
+        aepo_adv_threshold (`float`, *optional*, defaults to `0.05`):
+            Group advantage above which a temperature-T sample is reinforced.
+    """
+
+    entropy_control: Literal["none", "aepo"] = field(
+        default="none",
+        metadata={"help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141)."},
+    )
+    aepo_target_entropy: float = field(default=0.5, metadata={"help": "Mean token entropy AEPO holds."})
+    aepo_temperature_high: float = field(default=1.2, metadata={"help": "AEPO temperature below target entropy."})
+    aepo_temperature_low: float = field(default=0.8, metadata={"help": "AEPO temperature at/above target entropy."})
+    aepo_coef: float = field(default=1.0, metadata={"help": "Weight of the AEPO REINFORCE term."})
+    aepo_max_samples: int = field(default=60, metadata={"help": "Most AEPO samples per generation batch."})
+    aepo_adv_threshold: float = field(default=0.05, metadata={"help": "Group advantage above which a sample counts."})
+
+    def check(self) -> None:
         if self.entropy_control not in ("none", "aepo"):
             from .families import registry_for
 
@@ -614,7 +493,72 @@ class GRPOExtConfig(GRPOConfig):
                 "set entropy_coef=0 and use_adaptive_entropy=False, or entropy_control='none'",
             )
 
-    def _check_monitor(self) -> None:
+
+@dataclass
+class MonitorConfig(ConfigSection):
+    r"""
+    > Seeing collapse (diversity, entropy, alarm)
+
+        diversity_metrics (`list[str]`, *optional*, defaults to `[]`):
+            Metrics of the `CollapseMonitor` callback: any of `distinct`, `self_bleu`, `repetition`, `unique`,
+            `entropy`. Empty: off.
+        diversity_ngram_sizes (`list[int]`, *optional*, defaults to `[1, 2, 3, 4]`):
+            n of the `diversity/distinct_n` metrics.
+        diversity_repetition_n (`int`, *optional*, defaults to `3`):
+            n of `diversity/repetition` (repeated n-grams inside one completion).
+        diversity_low_entropy_threshold (`float`, *optional*, defaults to `0.1`):
+            Tokens with entropy below it count in `entropy/low_frac`.
+        collapse_entropy_min (`float`, *optional*):
+            Collapse alarm when the mean token entropy falls below it.
+        collapse_distinct2_drop (`float`, *optional*):
+            Collapse alarm when Distinct-2 falls below (1 - drop) x its first value (e.g. 0.5).
+        collapse_repetition_max (`float`, *optional*):
+            Collapse alarm when the mean repetition rate exceeds it.
+        collapse_action (`str`, *optional*, defaults to `"warn"`):
+            What the alarm does besides logging `alarm/collapse`: `"warn"`, `"save"` (a checkpoint) or `"stop"`.
+        eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
+            k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
+            (`num_generations_eval` per prompt). Empty: off.
+        eval_pass_threshold (`float`, *optional*, defaults to `1.0`):
+            A completion counts as correct when its (weighted) reward is at least this.
+        eval_pass_greedy (`bool`, *optional*, defaults to `True`):
+            With `eval_pass_at_k`, also decode each eval prompt greedily once and log `pass@k/greedy` (its accuracy).
+    """
+
+    diversity_metrics: list[str] = field(
+        default_factory=list,
+        metadata={"help": "CollapseMonitor metrics: distinct, self_bleu, repetition, unique, entropy (empty: off)."},
+    )
+    diversity_ngram_sizes: list[int] = field(
+        default_factory=lambda: [1, 2, 3, 4], metadata={"help": "n of the diversity/distinct_n metrics."}
+    )
+    diversity_repetition_n: int = field(default=3, metadata={"help": "n of diversity/repetition."})
+    diversity_low_entropy_threshold: float = field(
+        default=0.1, metadata={"help": "Tokens with entropy below it count in entropy/low_frac."}
+    )
+    collapse_entropy_min: float | None = field(
+        default=None, metadata={"help": "Collapse alarm when the mean token entropy falls below it."}
+    )
+    collapse_distinct2_drop: float | None = field(
+        default=None, metadata={"help": "Collapse alarm when Distinct-2 falls below (1 - drop) x its first value."}
+    )
+    collapse_repetition_max: float | None = field(
+        default=None, metadata={"help": "Collapse alarm when the mean repetition rate exceeds it."}
+    )
+    collapse_action: Literal["warn", "save", "stop"] = field(
+        default="warn", metadata={"help": "What the collapse alarm does besides logging: warn, save or stop."}
+    )
+    eval_pass_at_k: list[int] = field(
+        default_factory=list, metadata={"help": "k values of pass@k logged at evaluation (empty: off)."}
+    )
+    eval_pass_threshold: float = field(
+        default=1.0, metadata={"help": "Reward at or above which an eval completion counts as correct."}
+    )
+    eval_pass_greedy: bool = field(
+        default=True, metadata={"help": "With eval_pass_at_k, also log the greedy accuracy (pass@k/greedy)."}
+    )
+
+    def check(self) -> None:
         from .callbacks import ACTIONS, METRICS
 
         unknown = sorted(set(self.diversity_metrics) - set(METRICS))
@@ -653,38 +597,165 @@ class GRPOExtConfig(GRPOConfig):
                     f"add '{metric}' to diversity_metrics",
                 )
 
-    def _check_kl_control(self) -> None:
-        if not (math.isfinite(self.kl_beta_min) and self.kl_beta_min > 0):
+
+@dataclass
+class CheckpointConfig(ConfigSection):
+    r"""
+    > Checkpoints
+
+        ext_resume_state (`str`, *optional*, defaults to `"load"`):
+            On `resume_from_checkpoint`, `"load"` restores the extensions' state (beta of the KL controllers, AEPO's
+            last entropy and temperature, the alarm's Distinct-2 baseline) from the checkpoint's
+            `grpo_ext_state.json` and refuses a damaged or out-of-range file with an error naming it; `"ignore"`
+            starts them from their initial state (the escape hatch for such a file).
+    """
+
+    ext_resume_state: Literal["load", "ignore"] = field(
+        default="load",
+        metadata={
+            "help": "On resume: 'load' restores the extensions' state from grpo_ext_state.json (a damaged file is an "
+            "error naming it); 'ignore' starts them from their initial state."
+        },
+    )
+
+
+#: The families' config sections, in the order GRPOExtConfig's docstring and checks list them.
+SECTIONS = (
+    AdvantageConfig,
+    PRMConfig,
+    TokenClipConfig,
+    SampleFilterConfig,
+    KLControlConfig,
+    EntropyControlConfig,
+    MonitorConfig,
+    CheckpointConfig,
+)
+
+
+@dataclass
+class GRPOExtConfig(
+    GRPOConfig,
+    AdvantageConfig,
+    PRMConfig,
+    TokenClipConfig,
+    SampleFilterConfig,
+    KLControlConfig,
+    EntropyControlConfig,
+    MonitorConfig,
+    CheckpointConfig,
+):
+    r"""
+    Configuration for [`GRPOExtTrainer`]: every [`~trl.GRPOConfig`] field plus the anti-collapse families below. With
+    every family at its default the trainer is TRL's `GRPOTrainer`.
+
+    Each family has one switch; its parameters carry the family's prefix. Values are checked in `__post_init__`; a bad
+    value raises `ValueError` naming the field and the fix. All fields parse with `TrlParser` (command line and
+    `--config file.yaml`).
+
+    Each family's fields, docs and checks live in one section class (`AdvantageConfig`, `PRMConfig`, ...); this class
+    composes them and runs every section's `check` in `__post_init__`. Parameters, by section:
+    """
+
+    #: The switches that change training; :meth:`without_extensions` sets each to its off value.
+    FAMILY_SWITCHES = (
+        "advantage_estimator",
+        "advantage_std",
+        "token_clip",
+        "sample_filter",
+        "kl_control",
+        "entropy_control",
+    )
+
+    def without_extensions(self, **overrides) -> GRPOExtConfig:
+        """This configuration with every family switched off: vanilla GRPO with the same TRL settings.
+
+        Every switch in :attr:`FAMILY_SWITCHES` goes back to its default (TRL's own behaviour). A KL controller owned
+        ``beta``, so ``beta`` goes back to TRL's default too (no KL term); a fixed ``beta`` the user set is TRL's and
+        stays. The collapse monitor (``diversity_metrics``, ``collapse_*``) observes and stays. ``overrides`` (any
+        fields, e.g. ``output_dir``) apply on top. Used by ``recipes/math_grpo.py`` to train the vanilla baseline.
+        """
+        defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
+        changes = {name: defaults[name] for name in self.FAMILY_SWITCHES}
+        if self.kl_control != "fixed":
+            changes["beta"] = defaults["beta"]
+        # TRL derives generation_batch_size from steps_per_generation in __post_init__ and refuses both at once.
+        changes["generation_batch_size"] = None
+        changes.update(overrides)
+        return dataclasses.replace(self, **changes)
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_numbers()
+        self._check_switches()
+        for section in SECTIONS:  # each family's own checks, in the order of the sections
+            section.check(self)
+
+    def _check_numbers(self) -> None:
+        """Every numeric extension field is a finite number of its type (not a string from YAML, not a boolean, not
+        NaN / inf), and TRL's `beta` and `reward_weights`, which the families read, are finite too."""
+        trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        for f in dataclasses.fields(self):
+            if f.name in trl_fields:
+                continue
+            kind = _type_name(f.type)
+            value = getattr(self, f.name)
+            if kind in ("float", "int", "float|None", "int|None"):
+                # transformers' parser strips `| None` from field.type in place: a None default says it too.
+                if value is None and (kind.endswith("|None") or f.default is None):
+                    continue
+                _check_number(f.name, value, integer=kind.startswith("int"))
+            elif kind == "list[int]":
+                if not isinstance(value, (list, tuple)):
+                    _fail(f.name, value, "must be a list of integers", f"e.g. {f.name}=[1, 2]")
+                for item in value:
+                    _check_number(f.name, item, integer=True, whole=value)
+        _check_number("beta", self.beta)
+        if self.beta < 0:
+            _fail("beta", self.beta, "must be >= 0 (a KL coefficient)", "e.g. beta=0.04, or 0 for no KL term")
+        for weight in self.reward_weights or []:
+            _check_number("reward_weights", weight, whole=self.reward_weights)
+        for name, low, high, example in (
+            ("collapse_entropy_min", 0.0, None, 0.1),
+            ("collapse_repetition_max", 0.0, 1.0, 0.5),
+            ("diversity_low_entropy_threshold", 0.0, None, 0.1),
+        ):
+            value = getattr(self, name)
+            if value is not None and (value < low or (high is not None and value > high)):
+                bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+                _fail(name, value, f"must lie in {bounds}", f"e.g. {name}={example}")
+
+    # The registries hold the valid names (built-ins and user-registered variants).
+    def _check_switches(self) -> None:
+        from .families import registry_for
+
+        for name in ("advantage_estimator", "token_clip", "sample_filter", "kl_control", "entropy_control"):
+            registry = registry_for(name)
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in registry:
+                _fail(name, value, "unknown value (one name, a string)", f"use one of {registry.names()}")
+        from .trl_compat import KNOWN_LOSS_TYPES, TRL_VERSION
+
+        defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
+        active = [f"{s}={getattr(self, s)!r}" for s in self.FAMILY_SWITCHES if getattr(self, s) != defaults[s]]
+        if active and self.loss_type not in KNOWN_LOSS_TYPES:
             _fail(
-                "kl_beta_min",
-                self.kl_beta_min,
-                "must be > 0: TRL builds no reference model when beta reaches 0 and cannot restart the KL term",
-                "e.g. kl_beta_min=1e-4",
+                "loss_type",
+                self.loss_type,
+                f"{', '.join(active)} add loss terms aggregated like TRL {TRL_VERSION}'s loss types "
+                f"{sorted(KNOWN_LOSS_TYPES)}, and this one is not among them (they would be aggregated wrongly)",
+                "use one of those loss types, or switch the families off (plain GRPOTrainer)",
             )
-        if not self.kl_beta_max >= self.kl_beta_min:
-            _fail("kl_beta_max", self.kl_beta_max, f"must be >= kl_beta_min={self.kl_beta_min}", "raise kl_beta_max")
-        if not (math.isfinite(self.kl_target) and self.kl_target > 0):
-            _fail("kl_target", self.kl_target, "must be a finite KL > 0", "e.g. kl_target=0.1 (per-token mean KL)")
-        if not (math.isfinite(self.kl_horizon) and self.kl_horizon > 0):
-            _fail("kl_horizon", self.kl_horizon, "must be > 0", "e.g. kl_horizon=10000 (completions)")
-        if not 0 < self.kl_diversity_target <= 1:
-            _fail("kl_diversity_target", self.kl_diversity_target, "Distinct-N lies in (0, 1]", "e.g. 0.5")
-        if self.kl_diversity_n < 1:
-            _fail("kl_diversity_n", self.kl_diversity_n, "must be >= 1", "e.g. kl_diversity_n=2")
-        if self.kl_control == "fixed":
-            return
-        if self.beta == 0.0:
-            _fail(
-                "beta",
-                self.beta,
-                f"kl_control={self.kl_control!r} needs a starting beta > 0: with beta=0 TRL creates no reference "
-                "model and the KL term can never switch on",
-                "set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
-            )
-        if not self.kl_beta_min <= self.beta <= self.kl_beta_max:
-            _fail(
-                "beta",
-                self.beta,
-                f"the starting beta must lie in [kl_beta_min, kl_beta_max] = [{self.kl_beta_min}, {self.kl_beta_max}]",
-                "move beta inside the clamp or widen the clamp",
-            )
+        for name, allowed in (
+            ("advantage_std", ("sample", "population")),
+            ("token_clip_scope", ("local", "global")),
+            ("ext_resume_state", ("load", "ignore")),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                _fail(name, value, "unknown value", f"use one of {list(allowed)}")
+
+
+# The docstring that documents every field (TRL's style), assembled from the sections.
+GRPOExtConfig.__doc__ = (GRPOExtConfig.__doc__ or "") + "".join(
+    "\n" + (section.__doc__ or "").strip("\n") + "\n" for section in SECTIONS
+)
