@@ -267,7 +267,12 @@ def test_dashboard_spec_without_network(capsys):
 
     workspace = dashboard.build_workspace("my-entity", "my-project")
     titles = [s.name for s in workspace.sections]
-    assert titles == list(dashboard.SECTIONS)
+    assert titles == list(dashboard.sections())
+    from trl_grpo_ext.families import FAMILIES
+
+    shown = {key for keys in dashboard.sections().values() for key in keys}
+    declared = {f"train/{m}" for reg in FAMILIES.values() for n in reg.names() for m in reg.get(n).metrics}
+    assert declared and declared <= shown  # every member's declared metric has a panel
     panels = {p.y[0] for s in workspace.sections for p in s.panels}
     assert {"train/kl/beta", "train/diversity/distinct_2", "train/entropy/p10", "train/alarm/collapse"} <= panels
     dashboard.main(["--entity", "my-entity", "--project", "my-project", "--dry-run"])
