@@ -68,16 +68,29 @@ def _trl_owned_names() -> set[str]:
     return methods | attributes
 
 
-def _names_used_on_trl(path: Path) -> set[str]:
+def _names_used_on_trl(path: Path, owners=("self", "trainer", "self._trainer")) -> set[str]:
     """Attribute names read or written in ``path`` on the trainer (``self`` in the trainer, ``trainer`` or
     ``self._trainer`` in the host)."""
     used = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Attribute):
-            owner = ast.unparse(node.value)
-            if owner in ("self", "trainer", "self._trainer"):
+            if ast.unparse(node.value) in owners:
                 used.add(node.attr)
     return used
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in PACKAGE.rglob("*.py")))
+def test_trl_private_names_only_in_the_declared_files(module):
+    """TRL's private names appear only in trainer.py, trl_compat.py and callbacks.py (the public CollapseMonitor on a
+    plain GRPOTrainer): a TRL port touches those three."""
+    from trl_grpo_ext.trl_compat import TRL_SURFACE
+
+    allowed = {"trainer.py", "trl_compat.py", "callbacks.py"}
+    path = next(PACKAGE.rglob(module))
+    private = {name for name in TRL_SURFACE if name.startswith("_")} - {"_save_checkpoint", "_step"}
+    tree = ast.parse(path.read_text())
+    touched = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in private}
+    assert module in allowed or not touched, f"{module} touches TRL internals {sorted(touched)}"
 
 
 def test_trl_private_surface_is_declared_and_exists(make_trainer):
@@ -90,6 +103,11 @@ def test_trl_private_surface_is_declared_and_exists(make_trainer):
 
     own = set(vars(GRPOExtTrainer)) | {"ext_collectives", "extensions", "ext_host", "ext_clock", "collapse_monitor"}
     used = (_names_used_on_trl(PACKAGE / "trainer.py") & _trl_owned_names()) - own
+    # CollapseMonitor on a plain GRPOTrainer (the public callback) reads TRL's buffers itself
+    from trl_grpo_ext.trainer import TrainerHost
+
+    monitor = _names_used_on_trl(PACKAGE / "callbacks.py", owners=("self.trainer", "trainer"))
+    used |= (monitor & _trl_owned_names()) - set(dir(TrainerHost))  # fed by the host, it calls the host's log()
     assert used <= set(TRL_SURFACE), f"undeclared TRL names used: {sorted(used - set(TRL_SURFACE))}"
     trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig)
     trainer._step = 0  # set by TRL's training loop

@@ -317,12 +317,12 @@ class ExtTimingCallback(TrainerCallback):
     time is included.
     """
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    def __init__(self, host):
+        self.host = host  # the trainer's Host: its clock and metric logging
         self._start: float | None = None
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.trainer.ext_clock.seconds = 0.0
+        self.host.ext_clock.seconds = 0.0
         self._start = time.perf_counter()
         return control
 
@@ -330,9 +330,9 @@ class ExtTimingCallback(TrainerCallback):
         if self._start is None:
             return control
         wall = time.perf_counter() - self._start
-        seconds = self.trainer.ext_clock.seconds
-        self.trainer._metrics["train"]["timing/ext_s"].append(seconds)
-        self.trainer._metrics["train"]["timing/ext_fraction"].append(seconds / wall if wall > 0 else 0.0)
+        seconds = self.host.ext_clock.seconds
+        self.host.log("train", "timing/ext_s", seconds)
+        self.host.log("train", "timing/ext_fraction", seconds / wall if wall > 0 else 0.0)
         self._start = None
         return control
 

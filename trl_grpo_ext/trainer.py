@@ -451,7 +451,7 @@ class GRPOExtTrainer(GRPOTrainer):
             if cls.enabled(args):
                 self.extensions[name] = cls(self.ext_host)
         self.add_callback(MetricGroupsCallback())
-        self.add_callback(ExtTimingCallback(self))  # last, so it times the monitor too
+        self.add_callback(ExtTimingCallback(self.ext_host))  # last, so it times the monitor too
 
     # ------------------------------------------------------------------ helpers
     def _check_dataset_size(self) -> None:
