@@ -40,6 +40,12 @@ def test_family_modules_touch_only_the_host(path):
             if node.attr.startswith("_") and not node.attr.startswith("__"):
                 if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
                     problems.append(f"line {node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            # hooks return what they change (GenerationUpdate): TRL's batch is never written by a family
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                written = ast.unparse(target)
+                if written.startswith(("batch.", "out[", "output[")) or ".output[" in written:
+                    problems.append(f"line {node.lineno}: writes {written}")
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = getattr(node, "module", None) or ""
             names = [a.name for a in node.names]

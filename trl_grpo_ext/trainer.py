@@ -37,7 +37,7 @@ from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroup
 from .config import GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
 from .families import FAMILIES, Extension, GenerationBatch, LossContext
-from .families.base import Rollout
+from .families.base import KEEP_KEY, GenerationUpdate, Rollout
 from .families.observers import OBSERVERS
 from .trl_compat import (
     TRL_VERSION,
@@ -548,8 +548,31 @@ class GRPOExtTrainer(GRPOTrainer):
             scores = self.accelerator.gather(output["advantages"].detach()).float()  # (N,)
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         for extension in self.extensions.values():
-            extension.on_generation(batch)
+            update = extension.on_generation(batch)
+            if update is not None:
+                self._apply_generation_update(batch, update)
         self._ext_rewards_per_func = self._ext_reward_call = None
+
+    def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:
+        """Write what a member returned into TRL's batch (the only place TRL's generation output is edited)."""
+        out = batch.output
+        completion_mask = out["completion_mask"]  # (B, T)
+        if update.advantages is not None:
+            local = update.advantages[batch.process_slice]  # (B,) or (B, T')
+            if local.dim() == 2:  # token level: this process's width, 0 on padding
+                local = local[:, : completion_mask.size(1)].to(completion_mask.device) * completion_mask
+            out["advantages"] = local
+            # TRL's completions table shows one advantage per row: a token-level one by its first token's value
+            per_row = update.advantages if update.advantages.dim() == 1 else update.advantages[:, 0]
+            self.ext_host.log_advantages(per_row)
+        if update.keep is not None:
+            batch.keep = update.keep
+            local_keep = update.keep[batch.process_slice]  # (B,)
+            base = out.get("tool_mask")
+            base = torch.ones_like(completion_mask) if base is None else base
+            out["tool_mask"] = base * local_keep.unsqueeze(1).to(base.dtype)
+            out["num_items_in_batch"] = self.accelerator.gather((completion_mask * out["tool_mask"]).sum()).sum()
+            out[KEEP_KEY] = local_keep
 
     def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:
         """(B, T) of every process, right-padded with 0 to the longest T, concatenated: (N, T')."""

@@ -3,15 +3,7 @@
 from __future__ import annotations
 
 from ..core.advantages import group_relative_advantages
-from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch
-
-
-def replace_advantages(extension: Extension, batch: GenerationBatch, global_advantages) -> None:
-    """Put new (N, ...) global advantages into the batch: this process's slice into the output, all into the logs."""
-    batch.output["advantages"] = global_advantages[batch.process_slice]
-    # Token-level advantages are logged by their first-token value (the completion's whole return).
-    per_row = global_advantages if global_advantages.dim() == 1 else global_advantages[:, 0]
-    extension.host.log_advantages(per_row)
+from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")
@@ -23,10 +15,10 @@ class OutcomeAdvantage(Extension):
 
     docs = "outcome_advantages.md"
 
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if self.args.advantage_std == "sample":
-            return
+            return None
         advantages = group_relative_advantages(
             batch.rewards, batch.group_size, std=self.args.advantage_std, scale=self.host.scale_rewards
         )
-        replace_advantages(self, batch, advantages)
+        return GenerationUpdate(advantages=advantages)

@@ -125,18 +125,39 @@ class Host(Protocol):
         """TRL's vLLM importance-sampling ratio for these tokens, or None when that correction is off."""
 
 
+#: Key under which a filtered batch carries each row's keep flag through TRL's shuffle and split.
+KEEP_KEY = "ext_keep"
+
+
+@dataclass
+class GenerationUpdate:
+    """What an ``on_generation`` hook changes; the trainer applies it to TRL's batch (a hook never edits TRL's output).
+
+    Attributes:
+        advantages: (N,) or token-level (N, T') advantages of all processes' rows; the trainer keeps this process's
+            rows (cut to its width and zeroed on padding) and updates the completions table.
+        keep: (N,) bool, the rows that train; the others are masked out of the loss (multiplied into ``tool_mask``,
+            the loss-mask slot TRL honours), ``num_items_in_batch`` is recounted over the kept tokens, and each row's
+            flag travels with it (``KEEP_KEY``) for per-micro-batch rescaling.
+    """
+
+    advantages: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
+
+
 @dataclass
 class GenerationBatch:
     """One scored generation batch, before TRL shuffles and splits it.
 
     Attributes:
-        output: TRL's local output dict (``advantages`` (B,), ``completion_mask`` (B, T), ...); hooks edit it in place.
+        output: TRL's local output dict (``advantages`` (B,), ``completion_mask`` (B, T), ...); read-only for hooks
+            (they return a :class:`GenerationUpdate`).
         rewards_per_func: (N, F) rewards of all processes (N = B x processes), NaN for None.
         rewards: (N,) weighted sum as TRL computes it, NaN where unscorable.
         group_size: completions per prompt.
         process_slice: this process's rows in the N global rows.
         mode: "train" or "eval".
-        keep: (N,) bool rows that train, set by the sample filter (None: all).
+        keep: (N,) bool rows that train, once a member returned ``keep`` (None: all).
         inputs, prompts, completions, completion_ids_list: this process's rows as TRL passed them to the reward
             functions.
         rank_scores: (N,) what a sample filter ranks rows by: the weighted reward sum, or under
@@ -225,7 +246,8 @@ class Extension:
     """Base class of a family member; every hook is a no-op.
 
     Hooks, in the order the trainer calls them:
-        ``on_generation(batch)``: after TRL scored a generation batch (edit ``batch.output``).
+        ``on_generation(batch)``: after TRL scored a generation batch; returns a :class:`GenerationUpdate` (new
+            advantages, rows to keep) or None, which the trainer applies before the next member runs.
         ``modify_logps(logps, ctx)``: inside the loss, on the log-probs TRL's loss is about to use.
         ``extra_loss(ctx)``: a term added to TRL's loss (aggregate it with :meth:`aggregate`).
         ``loss_scale(inputs, mode)``: a factor for this micro-batch's per-sequence loss (the trainer scales the
@@ -247,8 +269,8 @@ class Extension:
         self.host = host
         self.args = host.args
 
-    def on_generation(self, batch: GenerationBatch) -> None:
-        pass
+    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+        return None
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return logps

@@ -11,8 +11,7 @@ from ..core.advantages import group_relative_advantages
 from ..core.prm import prm_step_advantages
 from ..prm.segmentation import segment_completion
 from ..prm.sources import CausalLMPRM, TokenClassificationPRM, call_step_function, source_name, sum_step_rewards
-from .advantage import replace_advantages
-from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch
+from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class PRMAdvantage(Extension):
                 "prm_model_name_or_path in GRPOExtConfig."
             )
 
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate:
         args, host = self.args, self.host
         out = batch.output
         tokenizer = host.tokenizer
@@ -93,8 +92,7 @@ class PRMAdvantage(Extension):
             advantages = advantages + args.prm_outcome_coef * outcome.to(ids.device).unsqueeze(1)
         local = advantages[batch.process_slice, : ids.size(1)] * mask  # (B, T), 0 on padding
         self._log(batch, all_rewards, all_ends, local, mask)
-        replace_advantages(self, batch, advantages)
-        out["advantages"] = local
+        return GenerationUpdate(advantages=advantages)  # (N, width): the trainer keeps this process's rows
 
     def _log(self, batch, all_rewards, all_ends, local, mask) -> None:
         counts = [len(r) for r in all_rewards]

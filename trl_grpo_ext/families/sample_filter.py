@@ -8,12 +8,9 @@ import torch
 
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
 from ..trl_compat import PER_SEQUENCE_LOSS_TYPES
-from .base import SAMPLE_FILTERS, Extension, GenerationBatch, LossContext, Off
+from .base import KEEP_KEY, SAMPLE_FILTERS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
 
 logger = logging.getLogger(__name__)
-
-#: Key under which the filtered batch carries each row's keep flag through TRL's shuffle and split.
-KEEP_KEY = "ext_keep"
 
 
 class PolicyFilter(Extension):
@@ -33,24 +30,13 @@ class PolicyFilter(Extension):
         super().__init__(host)
         self.strategy = self.args.sample_filter
 
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode == "eval" and not self.args.pf_filter_eval:
-            return  # eval_loss over every completion, comparable with GRPOTrainer
+            return None  # eval_loss over every completion, comparable with GRPOTrainer
         host = self.host
         generator = host.generator("sample_filter", per_rank=False, device=batch.rewards.device)
         scores = batch.rewards if batch.rank_scores is None else batch.rank_scores
         keep = pf_keep_mask(scores, batch.group_size, strategy=self.strategy, generator=generator)  # (N,)
-        batch.keep = keep
-        out = batch.output
-        local_keep = keep[batch.process_slice]  # (B,)
-        completion_mask = out["completion_mask"]  # (B, T)
-        base = out.get("tool_mask")
-        base = torch.ones_like(completion_mask) if base is None else base
-        out["tool_mask"] = base * local_keep.unsqueeze(1).to(base.dtype)
-        loss_mask = completion_mask * out["tool_mask"]
-        out["num_items_in_batch"] = host.gather(loss_mask.sum()).sum()
-        out[KEEP_KEY] = local_keep
-
         rewards = torch.nan_to_num(batch.rewards, nan=0.0)
         kept_frac = keep.float().mean().item()
         self.log_metric(batch.mode, "filter/kept_frac", kept_frac)
@@ -70,6 +56,7 @@ class PolicyFilter(Extension):
             )
         else:
             self.log_metric(batch.mode, "filter/all_filtered", 0.0)
+        return GenerationUpdate(keep=keep)
 
     def loss_scale(self, inputs, mode: str) -> float:
         """rows / kept rows of the micro-batch for per-sequence loss types (1.0 otherwise or when nothing is kept)."""
