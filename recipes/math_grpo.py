@@ -402,7 +402,7 @@ def print_summary(summary: dict, output_dir: str) -> None:
         f"{entropy}, beta {t['final_beta']:.4g}"
     )
     print(
-        f"plots: {os.path.join(output_dir, 'plots')}/ (training.png, collapse.png); summary: "
+        f"plots: {os.path.join(output_dir, 'plots')}/ (training.png, collapse.png, families.png); summary: "
         f"{os.path.join(output_dir, 'summary.json')}"
     )
 

@@ -254,8 +254,14 @@ def test_plot_command_on_a_real_run(make_trainer, tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    for name in ("training.png", "collapse.png"):
+    for name in ("training.png", "collapse.png", "families.png"):  # families.png: the kl_control panel
         assert (out / name).stat().st_size > 5000
+    from trl_grpo_ext.families import FAMILIES
+    from trl_grpo_ext.plot import panels
+
+    family_panels = dict(panels()["families"])
+    assert set(family_panels) == set(FAMILIES)
+    assert "kl/beta" in family_panels["kl_control"] and "clip_cov/selected_frac" in family_panels["token_clip"]
     with pytest.raises(FileNotFoundError, match="trainer_state.json"):
         from trl_grpo_ext.plot import load_log_history
 

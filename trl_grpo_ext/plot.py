@@ -1,9 +1,9 @@
 """Plots without a tracker: ``python -m trl_grpo_ext.plot OUTPUT_DIR [OUTPUT_DIR ...] [--out DIR]``.
 
 Reads ``trainer_state.json`` (the run folder's, or its newest ``checkpoint-*``'s) of one or several runs and writes PNG
-panels, several runs overlaid with their folder names as labels: ``training.png`` (reward, KL and beta, entropy) and
-``collapse.png`` (Distinct-N, self-BLEU, repetition, filter and clip fractions), each panel only when some run logged
-its metric.
+panels, several runs overlaid with their folder names as labels: ``training.png`` (reward, KL and beta, entropy),
+``collapse.png`` (Distinct-N, self-BLEU, repetition, filter and clip fractions) and ``families.png`` (one panel per
+family, with the metrics its registered members declare), each panel only when some run logged its metric.
 """
 
 from __future__ import annotations
@@ -36,6 +36,19 @@ PANELS = {
 }
 
 
+def panels() -> dict[str, list[tuple[str, list[str]]]]:
+    """:data:`PANELS`, plus a ``families`` figure with one panel per family listing its members' declared metrics (a
+    registered variant gets its panel without editing this file)."""
+    from .families import FAMILIES
+
+    out = dict(PANELS)
+    out["families"] = [
+        (switch, list(dict.fromkeys(m for name in registry.names() for m in registry.get(name).metrics)))
+        for switch, registry in FAMILIES.items()
+    ]
+    return out
+
+
 def load_log_history(run_dir: str | Path) -> list[dict]:
     """``log_history`` of a run folder: its own ``trainer_state.json`` or that of its newest checkpoint."""
     run_dir = Path(run_dir)
@@ -61,9 +74,10 @@ def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for figure, panels in PANELS.items():
+    for figure, figure_panels in panels().items():
         present = [
-            (title, [k for k in keys if any(k in h for hist in runs.values() for h in hist)]) for title, keys in panels
+            (title, [k for k in keys if any(k in h for hist in runs.values() for h in hist)])
+            for title, keys in figure_panels
         ]
         present = [(title, keys) for title, keys in present if keys]
         if not present:
