@@ -24,6 +24,7 @@ Where the data comes from:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import math
@@ -127,7 +128,8 @@ class CollapseMonitor(TrainerCallback):
         self.last: dict[str, float] = {}
         self.alarms: list[tuple[int, list[str]]] = []
         self._fingerprint = None
-        self._pending: tuple[torch.Tensor, torch.Tensor, int] | None = None
+        self._pending: concurrent.futures.Future | None = None  # diversity values of the last training batch
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._entropy_chunks: list[torch.Tensor] = []
         self._entropy_sums = torch.zeros(3)  # sum, tokens, low tokens
         self._generator = torch.Generator().manual_seed(0)
@@ -145,7 +147,10 @@ class CollapseMonitor(TrainerCallback):
             rates = repetition_rates(ids, mask, self.repetition_n)
             self.trainer.log_column("repetition", rates.tolist())
         if mode == "train":
-            self._pending = (ids, mask, group_size)
+            if set(self.metrics) - {"entropy"}:
+                # Computed on a background thread while the step's forward and backward run (torch releases the GIL);
+                # the next on_step_end collects it, so the values and the step they are logged at do not change.
+                self._pending = self._background().submit(self.diversity_metrics, ids, mask, group_size=group_size)
             return
         if not set(self.metrics) - {"entropy"}:
             return
@@ -211,10 +216,20 @@ class CollapseMonitor(TrainerCallback):
         return out
 
     # ------------------------------------------------------------------ diversity
+    def _background(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="collapse-monitor")
+        return self._executor
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        return control
+
     def _completion_batch(self):
         if self.fed_by_trainer:
-            batch, self._pending = self._pending, None
-            return batch
+            return None  # fed: the diversity values arrive computed (self._pending)
         completions = list(self.trainer._logs["completion"])
         if not completions:
             return None
@@ -293,6 +308,9 @@ class CollapseMonitor(TrainerCallback):
 
     def _on_step_end(self, state, control):
         values: dict[str, float] = {}
+        if self._pending is not None:
+            future, self._pending = self._pending, None
+            values.update(future.result())
         batch = self._completion_batch() if set(self.metrics) - {"entropy"} else None
         if batch is not None:
             ids, mask, group_size = batch
