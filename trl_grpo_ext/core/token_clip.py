@@ -89,9 +89,11 @@ def select_top_k(
     all_counts = collectives.all_cat(counts).view(-1, 2)  # (world, 2)
     remaining = k_eff - all_counts[:, 0].sum()
     ties_before = all_counts[: collectives.rank, 1].sum()
-    take = (remaining - ties_before).clamp(min=0, max=int(counts[1]))
+    take = int((remaining - ties_before).clamp(min=0, max=int(counts[1])))
+    if take == int(counts[1]):  # every tie is taken (the usual case: one entry sits at the threshold)
+        return (above | ties).view_as(eligible)
     tie_rank = torch.cumsum(ties.long(), dim=0)  # 1-based order of each tie within this process
-    chosen = above | (ties & (tie_rank <= take.to(tie_rank.device)))
+    chosen = above | (ties & (tie_rank <= take))
     return chosen.view_as(eligible)
 
 
