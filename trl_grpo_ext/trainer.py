@@ -7,6 +7,9 @@ Overridden TRL 1.16 methods (and why):
     ``_compute_loss``: open a loss context, rescale filtered micro-batches, add extension loss terms.
     ``_get_per_token_logps_and_entropies``: the only differentiable log-probs; token clips act on them here.
     ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save and restore extension state (TRL's own pattern).
+
+Extensions never see the trainer: :class:`TrainerHost` (below) is their only door to TRL, and every TRL name used here
+is listed in ``trl_compat.TRL_SURFACE`` (``tests/test_boundary.py``).
 """
 
 from __future__ import annotations
