@@ -93,16 +93,16 @@ def random_advantage_batch(trainer, dataset, seed=0):
     return out
 
 
-def aggregate_single_process(trainer, per_token, inputs, loss_type):
-    """``aggregate_like_loss_type`` for one training micro-batch on one process (no accumulation)."""
+def aggregate_single_process(trainer, per_token, inputs, loss_type, *, training=True, accumulation=1):
+    """``aggregate_like_loss_type`` for one micro-batch on one process."""
     from trl_grpo_ext.trl_compat import aggregate_like_loss_type
 
     return aggregate_like_loss_type(
         per_token,
         inputs["completion_mask"],
         loss_type=loss_type,
-        training=True,
-        gradient_accumulation_steps=1,
+        training=training,
+        gradient_accumulation_steps=accumulation,
         steps_per_generation=trainer.args.steps_per_generation,
         num_processes=1,
         max_completion_length=trainer.max_completion_length,

@@ -5,10 +5,10 @@ import inspect
 import pytest
 import torch
 import trl
-from conftest import policy_logps, scored_batch
+from conftest import aggregate_single_process, policy_logps, scored_batch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_grpo_ext.trl_compat import TRL_VERSION, aggregate_like_loss_type, combined_rewards, per_token_kl
+from trl_grpo_ext.trl_compat import TRL_VERSION, combined_rewards, per_token_kl
 
 
 def params(fn):
@@ -120,17 +120,7 @@ def test_aggregation_parity_with_trl_loss(make_trainer, train_dataset, loss_type
         per_token = x * logps.detach()
     else:
         per_token = x
-    expected = aggregate_like_loss_type(
-        per_token,
-        out["completion_mask"],
-        loss_type=loss_type,
-        training=training,
-        gradient_accumulation_steps=2,
-        steps_per_generation=trainer.args.steps_per_generation,
-        num_processes=1,
-        max_completion_length=trainer.max_completion_length,
-        num_items_in_batch=out["num_items_in_batch"],
-    )
+    expected = aggregate_single_process(trainer, per_token, out, loss_type, training=training, accumulation=2)
     torch.testing.assert_close(loss.detach(), expected.detach())
 
 
@@ -142,17 +132,7 @@ def test_kl_term_parity_with_trl(make_trainer, train_dataset, loss_type):
     inputs = {**out, "advantages": torch.zeros(8), "ref_per_token_logps": ref}
     loss = trainer._compute_loss(trainer.model, inputs)
     logps = policy_logps(trainer, out)
-    expected = 0.3 * aggregate_like_loss_type(
-        per_token_kl(logps.detach(), ref),
-        out["completion_mask"],
-        loss_type=loss_type,
-        training=True,
-        gradient_accumulation_steps=1,
-        steps_per_generation=trainer.args.steps_per_generation,
-        num_processes=1,
-        max_completion_length=trainer.max_completion_length,
-        num_items_in_batch=out["num_items_in_batch"],
-    )
+    expected = 0.3 * aggregate_single_process(trainer, per_token_kl(logps.detach(), ref), out, loss_type)
     torch.testing.assert_close(loss.detach(), expected)
     assert trainer._metrics["train"]["kl"][-1] == pytest.approx(
         (per_token_kl(logps.detach(), ref) * out["completion_mask"]).sum().item() / out["completion_mask"].sum().item(),

@@ -142,20 +142,22 @@ class CollapseMonitor(TrainerCallback):
         """One generation batch: (N, T) completion ids and mask of all processes, consecutive groups of
         ``group_size``. Training batches are measured at the next ``on_step_end`` (and feed the alarm); evaluation
         batches are measured now into the trainer's eval metrics (logged as ``eval_diversity/*``)."""
+        rates = None
         if "repetition" in self.metrics:
             # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on.
             rates = repetition_rates(ids, mask, self.repetition_n)
             self.trainer.log_column("repetition", rates.tolist())
-        if mode == "train":
-            if set(self.metrics) - {"entropy"}:
-                # Computed on a background thread while the step's forward and backward run (torch releases the GIL);
-                # the next on_step_end collects it, so the values and the step they are logged at do not change.
-                self._pending = self._background().submit(self.diversity_metrics, ids, mask, group_size=group_size)
-            return
         if not set(self.metrics) - {"entropy"}:
             return
+        if mode == "train":
+            # Computed on a background thread while the step's forward and backward run (torch releases the GIL);
+            # the next on_step_end collects it, so the values and the step they are logged at do not change.
+            self._pending = self._background().submit(
+                self.diversity_metrics, ids, mask, group_size=group_size, repetition=rates
+            )
+            return
         with _clock(self.trainer):
-            for key, value in self.diversity_metrics(ids, mask, group_size=group_size).items():
+            for key, value in self.diversity_metrics(ids, mask, group_size=group_size, repetition=rates).items():
                 if math.isfinite(value):
                     self._log("eval", key, value)
 
@@ -228,8 +230,7 @@ class CollapseMonitor(TrainerCallback):
         return control
 
     def _completion_batch(self):
-        if self.fed_by_trainer:
-            return None  # fed: the diversity values arrive computed (self._pending)
+        """The newest training completions of TRL's table, re-tokenised (plain GRPOTrainer only)."""
         completions = list(self.trainer._logs["completion"])
         if not completions:
             return None
@@ -249,7 +250,10 @@ class CollapseMonitor(TrainerCallback):
             self._fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
         return control
 
-    def diversity_metrics(self, ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> dict[str, float]:
+    def diversity_metrics(
+        self, ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, repetition: torch.Tensor | None = None
+    ) -> dict[str, float]:
+        """The diversity values of one batch; ``repetition``: its per-completion repetition rates if already known."""
         out: dict[str, float] = {}
         if "distinct" in self.metrics:
             for n in self.ngram_sizes:
@@ -258,9 +262,9 @@ class CollapseMonitor(TrainerCallback):
         if "self_bleu" in self.metrics:
             out["diversity/self_bleu"] = self_bleu_batch(ids, mask, group_size)
         if "repetition" in self.metrics:
-            per_completion = repetition_rates(ids, mask, self.repetition_n)
+            per_completion = repetition if repetition is not None else repetition_rates(ids, mask, self.repetition_n)
             out["diversity/repetition"] = float(per_completion.mean())
-            if not self.fed_by_trainer:
+            if repetition is None:
                 # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on
                 # (GRPOExtTrainer adds it for every batch, evaluation included, so rows stay aligned).
                 self.trainer._logs["extra"]["repetition"].extend(per_completion.tolist())
@@ -311,7 +315,8 @@ class CollapseMonitor(TrainerCallback):
         if self._pending is not None:
             future, self._pending = self._pending, None
             values.update(future.result())
-        batch = self._completion_batch() if set(self.metrics) - {"entropy"} else None
+        # fed by GRPOExtTrainer, the diversity values arrive computed (self._pending above)
+        batch = self._completion_batch() if set(self.metrics) - {"entropy"} and not self.fed_by_trainer else None
         if batch is not None:
             ids, mask, group_size = batch
             values.update(self.diversity_metrics(ids, mask, group_size=group_size))

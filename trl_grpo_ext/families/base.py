@@ -217,7 +217,6 @@ class LossContext:
     selected: torch.Tensor | None = None
     entropies: torch.Tensor | None = None
     policy_weight: torch.Tensor | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def policy_mask(self) -> torch.Tensor:
