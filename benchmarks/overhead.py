@@ -24,6 +24,8 @@ import statistics
 import subprocess
 import sys
 
+from trl_grpo_ext.config import AEPO_0_1_0
+
 CONFIGS = {
     # name: (baseline it is divided by, overrides, runs trl.GRPOTrainer)
     "trl": ("trl", {}, True),
@@ -43,6 +45,7 @@ CONFIGS = {
         False,
     ),
     "AEPO": ("trl", {"entropy_control": "aepo"}, False),
+    "AEPO (0.1.0 term)": ("trl", {"entropy_control": "aepo", **AEPO_0_1_0}, False),
     "all on": (
         "trl beta=0.04",
         {
@@ -103,10 +106,12 @@ def run_child(overrides: dict, steps: int, *, trl: bool, size: tuple[int, int, i
     return json.loads(line[0][len("RESULT ") :])
 
 
-def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int]) -> None:
-    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int], only: list[str] | None = None) -> None:
+    names = [n for n in CONFIGS if only is None or n in only or any(CONFIGS[o][0] == n for o in only)]
+    results: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(repeats):
-        for name, (_, overrides, is_trl) in CONFIGS.items():
+        for name in names:
+            _, overrides, is_trl = CONFIGS[name]
             results[name].append(run_child(overrides, steps, trl=is_trl, size=size))
     print(
         f"\nmodel hidden={size[0]} layers={size[1]}, {size[2]} completion tokens, {steps} steps, {repeats} "
@@ -116,7 +121,8 @@ def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int]) -> No
         f"{'config':<24}{'step time ms':>14}{'A/B ratio':>11}{'ext frac':>10}{'in-run ratio':>14}"
         f"{'peak RSS MB':>13}{'RSS ratio':>11}"
     )
-    for name, (baseline, _, _) in CONFIGS.items():
+    for name in names:
+        baseline = CONFIGS[name][0]
         t = [r["step_time"] / b["step_time"] for r, b in zip(results[name], results[baseline], strict=True)]
         m = [r["peak_rss_mb"] / b["peak_rss_mb"] for r, b in zip(results[name], results[baseline], strict=True)]
         ms = statistics.median(r["step_time"] for r in results[name]) * 1000
@@ -182,11 +188,12 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--completion_length", type=int, default=12)
     parser.add_argument("--micro", action="store_true", help="only the core micro-benchmarks")
+    parser.add_argument("--only", nargs="+", choices=list(CONFIGS), help="these configs (and their baselines) only")
     args = parser.parse_args()
     if args.micro:
         micro()
     else:
-        trainer_overhead(args.repeats, args.steps, (args.hidden, args.layers, args.completion_length))
+        trainer_overhead(args.repeats, args.steps, (args.hidden, args.layers, args.completion_length), args.only)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import torch
 from conftest import TINY_ARGS, last_logs
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+from trl_grpo_ext.config import AEPO_0_1_0
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "index.md"
 
@@ -134,11 +135,33 @@ def script_first_turn(trainer):
 
 
 def aepo_masks_tool_tokens(trainer):
-    """AEPO's samples keep TRL's tool / env mask: some of their completion tokens are masked out of its loss."""
+    """AEPO's samples keep TRL's tool / env mask: some of their completion tokens are masked out of the loss (the
+    term's chunks, or the spliced rows of TRL's batch)."""
     aepo = trainer.extensions.get("entropy_control")
     if aepo is not None:
-        masks = [(c["loss_mask"], c["completion_mask"]) for c in aepo._chunks if c]
+        masks = [(c["loss_mask"], c["completion_mask"]) for c in aepo._chunks if c] + trainer.spliced_masks
         assert masks and any(bool((loss < mask).any()) for loss, mask in masks)
+
+
+def aepo_splices_no_truncated_sample(trainer):
+    """Under mask_truncated_completions every spliced row trains (a truncated one would only displace a TRL row)."""
+    for loss, _ in getattr(trainer, "spliced_masks", []):
+        assert bool((loss.sum(dim=1) > 0).all())
+
+
+def record_spliced_masks(trainer):
+    """Keep (loss mask, completion mask) of the rows AEPO splices into TRL's batch, for the row checks."""
+    trainer.spliced_masks = []
+    apply = trainer._apply_splice
+
+    def spy(batch, splice):
+        apply(batch, splice)
+        rows, out = len(splice.rollout.completion_ids), batch.output
+        if rows:
+            mask = out["completion_mask"][:rows]
+            trainer.spliced_masks.append((mask * out.get("tool_mask", torch.ones_like(mask))[:rows], mask))
+
+    trainer._apply_splice = spy
 
 
 def sevens_reward(completions, **kwargs):
@@ -175,7 +198,16 @@ ROWS: dict[str, Row] = {
     "delta=1.5": Row(config=dict(delta=1.5)),
     "top_entropy_quantile=0.2": Row(config=dict(top_entropy_quantile=0.2)),
     "off_policy_mask_threshold": Row(config=dict(off_policy_mask_threshold=0.05, num_iterations=2)),
-    "mask_truncated_completions": Row(config=dict(mask_truncated_completions=True, max_completion_length=12)),
+    # EOS favoured so that some completions end (at random a tiny model nearly never does): AEPO must find complete
+    # samples among its hot ones, since truncated samples train nothing here and are never spliced.
+    "mask_truncated_completions": Row(
+        config=dict(
+            mask_truncated_completions=True,
+            max_completion_length=12,
+            generation_kwargs={"sequence_bias": [[[testkit.build_char_tokenizer().eos_token_id], 3.0]]},
+        ),
+        check=lambda trainer: aepo_splices_no_truncated_sample(trainer),
+    ),
     "scale_rewards=batch": Row(config=dict(scale_rewards="batch")),
     "scale_rewards=none": Row(config=dict(scale_rewards="none")),
     "multi_objective_aggregation=normalize_then_sum": Row(
@@ -262,7 +294,9 @@ COLUMNS: dict[str, Column] = {
     "best_of_n": Column(dict(sample_filter="best_of_n"), (acted_filter,)),
     "adaptive_kl": Column(dict(kl_control="adaptive", beta=0.04, kl_target=0.01, kl_horizon=100), (acted_beta,)),
     "diversity_kl": Column(dict(kl_control="diversity", beta=0.04, kl_horizon=100), (acted_beta,)),
-    "aepo": Column(dict(entropy_control="aepo", aepo_adv_threshold=0.0), (acted_aepo,)),
+    # A whole batch regenerated (not the reference's quarter) so that two tiny steps surely find samples to train.
+    "aepo": Column(dict(entropy_control="aepo", aepo_adv_threshold=0.0, aepo_regenerate_fraction=1.0), (acted_aepo,)),
+    "aepo_term": Column(dict(entropy_control="aepo", aepo_adv_threshold=0.0, **AEPO_0_1_0), (acted_aepo,)),
     "monitor": Column(MONITOR, (acted_monitor,)),
     "all": Column(
         dict(
@@ -278,6 +312,7 @@ COLUMNS: dict[str, Column] = {
             kl_horizon=100,
             entropy_control="aepo",
             aepo_adv_threshold=0.0,
+            aepo_regenerate_fraction=1.0,
             **MONITOR,
         ),
         (acted_prm, acted_clip_cov, acted_filter, acted_beta, acted_aepo, acted_monitor),
@@ -295,6 +330,9 @@ REFUSED: dict[tuple[str, str], str] = {
     ("loss_type=cispo", "kl_cov"): DROPS_CLIP,
     ("epsilon_high=0.28", "kl_cov"): DROPS_CLIP,
     ("environment_factory (scripted tool call)", "aepo"): "entropy_control='aepo' cannot run with environment_factory",
+    ("environment_factory (scripted tool call)", "aepo_term"): (
+        "entropy_control='aepo' cannot run with environment_factory"
+    ),
     ("environment_factory (scripted tool call)", "all"): "entropy_control='aepo' cannot run with environment_factory",
 }
 
@@ -319,6 +357,7 @@ def _build(env, tmp_path, row: Row, column: Column):
         **kwargs,
     )
     row.setup(trainer)
+    record_spliced_masks(trainer)
     return trainer
 
 

@@ -173,10 +173,12 @@ def _ones_reward(completions, **kwargs):
     return [float(str(c).count("1") + str(c).count("7")) for c in completions]
 
 
-def test_aepo_keeps_the_env_mask_of_a_rollout_func(make_trainer):
+@pytest.mark.parametrize("mode", ["splice", "term"])
+def test_aepo_keeps_the_env_mask_of_a_rollout_func(make_trainer, mode):
     pattern = [1, 1, 0, 0, 1, 1]
     trainer = make_trainer(
         entropy_control="aepo",
+        aepo_mode=mode,
         aepo_adv_threshold=0.0,
         max_completion_length=len(pattern),
         max_steps=2,
@@ -185,14 +187,26 @@ def test_aepo_keeps_the_env_mask_of_a_rollout_func(make_trainer):
     )
     aepo = trainer.extensions["entropy_control"]
     masks = []
-    original = aepo._build_chunks
+    if mode == "term":
+        original = aepo._build_chunks
 
-    def spy(*args, **kwargs):
-        chunks = original(*args, **kwargs)
-        masks.extend(c["loss_mask"] for c in chunks if c)
-        return chunks
+        def spy(*args, **kwargs):
+            chunks = original(*args, **kwargs)
+            masks.extend(c["loss_mask"] for c in chunks if c)
+            return chunks
 
-    aepo._build_chunks = spy
+        aepo._build_chunks = spy
+    else:
+        apply = trainer._apply_splice
+
+        def spy(batch, splice):
+            apply(batch, splice)
+            rows = len(splice.rollout.completion_ids)
+            if rows:
+                out = batch.output
+                masks.append(out["completion_mask"][:rows] * out["tool_mask"][:rows])
+
+        trainer._apply_splice = spy
     trainer.train()
     logs = last_logs(trainer)
     assert all(math.isfinite(h["loss"]) for h in logs)

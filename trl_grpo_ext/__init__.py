@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .config import GRPOExtConfig
     from .trainer import GRPOExtTrainer
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["GRPOExtConfig", "GRPOExtTrainer", "__version__"]
 

@@ -12,6 +12,18 @@ from typing import Literal
 
 from trl import GRPOConfig
 
+#: AEPO's fields as trl_grpo_ext 0.1.0 ran it (a separate unclipped term over the whole batch regenerated, exact
+#: entropy); the defaults are the reference code's. ``GRPOExtConfig(entropy_control="aepo", **AEPO_0_1_0)``.
+AEPO_0_1_0 = {
+    "aepo_mode": "term",
+    "aepo_regenerate_fraction": 1.0,
+    "aepo_first_step": "low",
+    "aepo_at_target": "low",
+    "aepo_cap_rule": "halve_cap",
+    "aepo_sample_order": "random",
+    "aepo_entropy_estimator": "exact",
+}
+
 #: A token-clip ratio above this is more likely a percentage pasted as a fraction (0.2 for 0.2%) than intended.
 PERCENT_TRAP_RATIO = 0.05
 
@@ -448,6 +460,37 @@ class EntropyControlConfig(ConfigSection):
             Most reinforced samples per generation batch (half when entropy is above target).
         aepo_adv_threshold (`float`, *optional*, defaults to `0.05`):
             Group advantage above which a temperature-T sample is reinforced.
+        aepo_mode (`str`, *optional*, defaults to `"splice"`):
+            How the reinforced samples train. `"splice"` (the reference code's): they replace the first rows of the
+            training batch (batch size unchanged) with advantage `aepo_coef` and go through TRL's own loss (same
+            PPO clip, loss type and every other family). `"term"`: a separate, unclipped REINFORCE term
+            `aepo_coef * mean(-exp(logp - old_logp))` over the samples, added to TRL's untouched loss.
+        aepo_regenerate_fraction (`float`, *optional*, defaults to `0.25`):
+            Fraction of the batch's prompt groups generated again at T (reference: the first quarter). Each process
+            regenerates its first `floor(fraction x its groups)` groups (at least one); a process whose rows split a
+            group regenerates all its rows. `1.0` regenerates every prompt.
+        aepo_first_step (`str`, *optional*, defaults to `"high"`):
+            The first batch, before any entropy is measured: `"high"` (reference: its entropy starts at 0, so T_high
+            and the full cap) or `"low"` (counted as above target: T_low and the halved cap).
+        aepo_at_target (`str`, *optional*, defaults to `"high"`):
+            Entropy exactly at the target counts as below it (`"high"`, the reference's `<=`: T_high) or above it
+            (`"low"`: T_low).
+        aepo_cap_rule (`str`, *optional*, defaults to `"halve_count"`):
+            `"halve_count"` (reference): `min(aepo_max_samples, n)` samples below target, half of that (floor) above
+            it (20 of n = 40, 0 of n = 1). `"halve_cap"`: `min(n, aepo_max_samples)` below target,
+            `min(n, max(aepo_max_samples // 2, 1))` above it.
+        aepo_sample_order (`str`, *optional*, defaults to `"first"`):
+            Which samples the cap keeps: the first in batch order (`"first"`, reference) or a uniform draw with a
+            generator seeded alike on every process (`"random"`).
+        aepo_entropy_estimator (`str`, *optional*, defaults to `"sampled"`):
+            The entropy AEPO steers on, a token mean over the trained tokens of the last optimizer step:
+            `"sampled"` (reference): `-log p` of the sampled tokens (including the spliced hot samples, so it reads
+            higher than the policy's entropy); `"exact"`: the full-distribution entropy at each position. Targets
+            quoted from the paper assume `"sampled"`.
+
+        Up to version 0.1.0 the behaviour was `aepo_mode="term"`, `aepo_regenerate_fraction=1.0`,
+        `aepo_first_step="low"`, `aepo_at_target="low"`, `aepo_cap_rule="halve_cap"`,
+        `aepo_sample_order="random"`, `aepo_entropy_estimator="exact"` (`trl_grpo_ext.config.AEPO_0_1_0`).
     """
 
     entropy_control: Literal["none", "aepo"] = field(
@@ -460,6 +503,33 @@ class EntropyControlConfig(ConfigSection):
     aepo_coef: float = field(default=1.0, metadata={"help": "Weight of the AEPO REINFORCE term."})
     aepo_max_samples: int = field(default=60, metadata={"help": "Most AEPO samples per generation batch."})
     aepo_adv_threshold: float = field(default=0.05, metadata={"help": "Group advantage above which a sample counts."})
+    aepo_mode: Literal["splice", "term"] = field(
+        default="splice",
+        metadata={
+            "help": "'splice' (reference): the reinforced samples replace the first training rows at advantage "
+            "aepo_coef, through TRL's clipped loss. 'term': a separate unclipped REINFORCE term."
+        },
+    )
+    aepo_regenerate_fraction: float = field(
+        default=0.25, metadata={"help": "Fraction of the prompt groups generated again at T (reference: 0.25)."}
+    )
+    aepo_first_step: Literal["high", "low"] = field(
+        default="high", metadata={"help": "First batch, nothing measured yet: 'high' (reference: T_high) or 'low'."}
+    )
+    aepo_at_target: Literal["high", "low"] = field(
+        default="high", metadata={"help": "Temperature at exactly the target: 'high' (reference, <=) or 'low'."}
+    )
+    aepo_cap_rule: Literal["halve_count", "halve_cap"] = field(
+        default="halve_count",
+        metadata={"help": "Above target: 'halve_count' (reference) min(cap, n) // 2, or 'halve_cap' min(n, cap // 2)."},
+    )
+    aepo_sample_order: Literal["first", "random"] = field(
+        default="first", metadata={"help": "Which samples the cap keeps: 'first' (reference) or 'random'."}
+    )
+    aepo_entropy_estimator: Literal["sampled", "exact"] = field(
+        default="sampled",
+        metadata={"help": "Entropy AEPO steers on: 'sampled' (reference) -mean(logp), or 'exact' entropy."},
+    )
 
     def check(self) -> None:
         if self.entropy_control not in ("none", "aepo"):
@@ -485,6 +555,28 @@ class EntropyControlConfig(ConfigSection):
             _fail("aepo_coef", self.aepo_coef, "must be a finite number > 0", "e.g. aepo_coef=1.0")
         if self.aepo_max_samples < 1:
             _fail("aepo_max_samples", self.aepo_max_samples, "must be >= 1", "e.g. 60 (paper)")
+        for name, allowed in (
+            ("aepo_mode", ("splice", "term")),
+            ("aepo_first_step", ("high", "low")),
+            ("aepo_at_target", ("high", "low")),
+            ("aepo_cap_rule", ("halve_count", "halve_cap")),
+            ("aepo_sample_order", ("first", "random")),
+            ("aepo_entropy_estimator", ("sampled", "exact")),
+        ):
+            if getattr(self, name) not in allowed:
+                _fail(
+                    name,
+                    getattr(self, name),
+                    "unknown value",
+                    f"use one of {list(allowed)} (reference: {allowed[0]!r})",
+                )
+        if not 0 < self.aepo_regenerate_fraction <= 1:
+            _fail(
+                "aepo_regenerate_fraction",
+                self.aepo_regenerate_fraction,
+                "must lie in (0, 1] (a fraction of the prompt groups)",
+                "e.g. 0.25 (reference) or 1.0 for every prompt",
+            )
         if self.entropy_control == "aepo" and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             _fail(
                 "entropy_control",

@@ -153,6 +153,10 @@ class TrainerHost:
         return self._trainer.scale_rewards
 
     @property
+    def mask_truncated_completions(self) -> bool:
+        return bool(self._trainer.mask_truncated_completions)
+
+    @property
     def top_entropy_quantile(self) -> float:
         return self._trainer.top_entropy_quantile
 
@@ -284,6 +288,47 @@ class TrainerHost:
         kwargs["completion_ids"] = completion_ids
         return kwargs
 
+    def rollout_tensors(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        trainer = self._trainer
+        device = trainer.accelerator.device
+        pad_id = trainer._tokenizer.pad_token_id
+        multiple = trainer.pad_to_multiple_of
+        ends = {*trainer.eos_token_ids, pad_id}
+        prompts = [torch.tensor(ids, dtype=torch.long) for ids in rollout.prompt_ids]
+        lengths = [len(ids) for ids in rollout.completion_ids]
+        p_width = _round_up(max(len(p) for p in prompts), multiple)
+        t_width = _round_up(max(max(lengths), 1), multiple)
+        truncated = [
+            trainer.mask_truncated_completions and (not ids or ids[-1] not in ends) for ids in rollout.completion_ids
+        ]
+        out = {
+            "prompt_ids": torch.stack([_pad_to(p, p_width, pad_id, left=True) for p in prompts]),
+            "prompt_mask": torch.stack([_pad_to(torch.ones_like(p), p_width, 0, left=True) for p in prompts]),
+            "completion_ids": torch.stack(
+                [_pad_to(torch.tensor(ids, dtype=torch.long), t_width, pad_id) for ids in rollout.completion_ids]
+            ),
+            "completion_mask": torch.stack(
+                [
+                    _pad_to(torch.full((n,), 0 if cut else 1, dtype=torch.long), t_width, 0)
+                    for n, cut in zip(lengths, truncated, strict=True)
+                ]
+            ),
+        }
+        if rollout.tool_mask is not None:
+            out["tool_mask"] = torch.stack(
+                [
+                    _pad_to(torch.tensor(m[:n], dtype=torch.long) * (0 if cut else 1), t_width, 1)
+                    for m, n, cut in zip(rollout.tool_mask, lengths, truncated, strict=True)
+                ]
+            )
+        if rollout.logprobs is not None:
+            rows = [
+                torch.tensor([math.nan if x is None else float(x) for x in lp[:n]], dtype=torch.float32)
+                for lp, n in zip(rollout.logprobs, lengths, strict=True)
+            ]
+            out["sampling_logps"] = torch.stack([_pad_to(r, t_width, 0.0) for r in rows])
+        return {key: value.to(device) for key, value in out.items()}
+
     def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
         trainer = self._trainer
         input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
@@ -305,6 +350,38 @@ class TrainerHost:
             clip_min=self.args.vllm_importance_sampling_clip_min,
             clip_max=self.args.vllm_importance_sampling_clip_max,
         )
+
+
+def _round_up(width: int, multiple: int | None) -> int:
+    return width if not multiple else -(-width // multiple) * multiple
+
+
+def _pad_to(row: torch.Tensor, width: int, value, *, left: bool = False) -> torch.Tensor:
+    """A 1-D ``row`` padded with ``value`` to ``width`` (on the left for TRL's prompts)."""
+    pad = row.new_full((width - row.numel(),), value)
+    return torch.cat([pad, row]) if left else torch.cat([row, pad])
+
+
+def _widen(tensor: torch.Tensor, width: int, value, *, left: bool = False) -> torch.Tensor:
+    """(B, T) ``tensor`` padded with ``value`` to (B, width) (on the left for TRL's prompts)."""
+    if tensor.size(1) >= width:
+        return tensor
+    pad = tensor.new_full((tensor.size(0), width - tensor.size(1)), value)
+    return torch.cat([pad, tensor], dim=1) if left else torch.cat([tensor, pad], dim=1)
+
+
+#: Keys of TRL 1.16's generation output for multimodal batches: a splice cannot rebuild them for new rows.
+_MULTIMODAL_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+    "num_images",
+)
 
 
 def _is_reward_value(value) -> bool:
@@ -550,10 +627,15 @@ class GRPOExtTrainer(GRPOTrainer):
             # TRL's advantage (still its own here: no estimator ran yet) is what this aggregation ranks rows by.
             scores = self.accelerator.gather(output["advantages"].detach()).float()  # (N,)
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
+        splices = []
         for extension in self.extensions.values():
             update = extension.on_generation(batch)
             if update is not None:
                 self._apply_generation_update(batch, update)
+                if update.splice is not None:
+                    splices.append(update.splice)
+        for splice in splices:  # after every member: the others saw TRL's own samples
+            self._apply_splice(batch, splice)
         self._ext_rewards_per_func = self._ext_reward_call = None
 
     def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:
@@ -576,6 +658,94 @@ class GRPOExtTrainer(GRPOTrainer):
             out["tool_mask"] = base * local_keep.unsqueeze(1).to(base.dtype)
             out["num_items_in_batch"] = self.accelerator.gather((completion_mask * out["tool_mask"]).sum()).sum()
             out[KEEP_KEY] = local_keep
+
+    @torch.no_grad()
+    def _apply_splice(self, batch: GenerationBatch, splice) -> None:
+        """Put ``splice.rollout`` in place of this process's first rows of TRL's batch (see ``families.base.Splice``).
+
+        Copies no TRL code: the new rows are padded as TRL pads (``TrainerHost.rollout_tensors``), their old log-probs
+        (when TRL keeps them), reference log-probs (when ``beta != 0``) and vLLM importance-sampling ratio are computed
+        as TRL 1.16 computes them for its own rows, and ``num_items_in_batch`` is recounted like TRL's.
+        """
+        out = batch.output
+        multimodal = [key for key in _MULTIMODAL_KEYS if key in out]
+        if multimodal:
+            raise ValueError(
+                f"entropy_control='aepo' with aepo_mode='splice' cannot put its samples into a multimodal batch (TRL's "
+                f"batch carries {multimodal}, which a splice cannot rebuild for new rows). Fix: set "
+                "GRPOExtConfig.entropy_control='none' for image inputs."
+            )
+        rows = len(splice.rollout.completion_ids)
+        if rows > out["completion_ids"].size(0):
+            raise RuntimeError(f"a splice of {rows} rows into a batch of {out['completion_ids'].size(0)}")
+        if rows:
+            new = self.ext_host.rollout_tensors(splice.rollout)
+            pad_id = self._tokenizer.pad_token_id
+            p_width = max(out["prompt_ids"].size(1), new["prompt_ids"].size(1))
+            t_width = max(out["completion_ids"].size(1), new["completion_ids"].size(1))
+            for key, value, left in (("prompt_ids", pad_id, True), ("prompt_mask", 0, True)):
+                out[key] = _widen(out[key], p_width, value, left=left)
+                out[key][:rows] = _widen(new[key], p_width, value, left=left)
+            token_keys = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps")
+            pads = {"completion_ids": pad_id, "tool_mask": 1}
+            for key in (*token_keys, "ref_per_token_logps", "sampling_per_token_logps"):
+                if key in out:
+                    out[key] = _widen(out[key], t_width, pads.get(key, 0))
+            out["completion_ids"][:rows] = _widen(new["completion_ids"], t_width, pad_id)
+            out["completion_mask"][:rows] = _widen(new["completion_mask"], t_width, 0)
+            if "tool_mask" in out or "tool_mask" in new:
+                if "tool_mask" not in out:
+                    out["tool_mask"] = torch.ones_like(out["completion_mask"])
+                tool = new.get("tool_mask", torch.ones_like(new["completion_mask"]))
+                out["tool_mask"][:rows] = _widen(tool, t_width, 1)
+            advantages = out["advantages"]
+            if advantages.dim() == 2:
+                advantages = _widen(advantages, t_width, 0.0)
+                advantages[:rows] = float(splice.advantage) * out["completion_mask"][:rows].to(advantages.dtype)
+            else:
+                advantages[:rows] = float(splice.advantage)
+            out["advantages"] = advantages
+            if KEEP_KEY in out:
+                out[KEEP_KEY][:rows] = True
+            input_ids = torch.cat([out["prompt_ids"][:rows], out["completion_ids"][:rows]], dim=1)
+            attention_mask = torch.cat([out["prompt_mask"][:rows], out["completion_mask"][:rows]], dim=1)
+            if "old_per_token_logps" in out:  # TRL keeps them when the batch is reused off-policy (or for vLLM IS)
+                out["old_per_token_logps"][:rows] = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, t_width
+                )[0]
+            if "ref_per_token_logps" in out:
+                out["ref_per_token_logps"][:rows] = self._ext_reference_logps(input_ids, attention_mask, t_width)
+            if "sampling_per_token_logps" in out:
+                sampling = new.get("sampling_logps")
+                if sampling is None:
+                    sampling = torch.full_like(new["completion_mask"], math.nan, dtype=torch.float32)
+                out["sampling_per_token_logps"][:rows] = _widen(sampling, t_width, 0.0).to(
+                    out["sampling_per_token_logps"].dtype
+                )
+            if "importance_sampling_ratio" in out:
+                ratio = out["importance_sampling_ratio"]
+                if ratio.size(1) > 1:
+                    ratio = _widen(ratio, t_width, 1.0)
+                mask = out["completion_mask"][:rows] * out.get("tool_mask", out["completion_mask"])[:rows]
+                ratio[:rows] = self.ext_host.vllm_is_ratio(
+                    out["old_per_token_logps"][:rows],
+                    out["sampling_per_token_logps"][:rows],
+                    mask.to(out["old_per_token_logps"].dtype),
+                ).to(ratio.dtype)
+                out["importance_sampling_ratio"] = ratio
+        loss_mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+        out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+
+    def _ext_reference_logps(self, input_ids, attention_mask, logits_to_keep) -> torch.Tensor:
+        """(b, t) reference-model log-probs as TRL 1.16's ``_generate_and_score_completions`` computes them: the
+        ``ref_model``, or for a PEFT model the base (or its "ref" adapter)."""
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, logits_to_keep)[0]
+        from trl.trainer.utils import use_adapter
+
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, logits_to_keep)[0]
 
     def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:
         """(B, T) of every process, right-padded with 0 to the longest T, concatenated: (N, T')."""

@@ -6,8 +6,11 @@ Replaces an entropy bonus by a REINFORCE term on samples drawn from a temperatur
     T = T_high if H(pi_old) < H_target else T_low.
 
 Sampling hotter than the policy when its entropy is under target (colder when above) and reinforcing the good
-samples pulls the policy's entropy toward the target. Reference implementation: T_high 1.2, T_low 0.8, H_target 0.5,
-samples with group advantage > 0.05 get advantage 1, at most 60 of them per batch (half when entropy is above target).
+samples pulls the policy's entropy toward the target. Reference implementation (597358816/AEPO, ``ray_trainer.py``):
+T_high 1.2, T_low 0.8, H_target 0.5; the first quarter of the prompts is generated again at T; samples with group
+advantage > 0.05 get advantage 1, the first ``min(60, n)`` of them (halved above target) replace the first rows of the
+training batch and go through the same clipped PPO loss; entropy starts at 0 and is read as ``-mean(logp)`` of the
+trained tokens.
 
 Notation: N completions (consecutive groups of G share a prompt); logps (B, T).
 """
@@ -19,11 +22,64 @@ import torch
 from .advantages import group_relative_advantages
 
 
-def aepo_temperature(entropy: float | None, *, target: float, temperature_high: float, temperature_low: float) -> float:
-    """``T_high`` when the measured entropy is below ``target``, else ``T_low`` (``T_low`` before any measurement)."""
+def aepo_below_target(entropy: float | None, *, target: float, at_target: str = "high") -> bool:
+    """Whether AEPO acts as if entropy were under target (``T_high``, the full sample cap).
+
+    ``at_target="high"`` (reference, ``ray_trainer.py`` ``if entropy <= entropy_base``): ``entropy <= target``;
+    ``"low"``: ``entropy < target``. ``entropy=None`` (nothing measured and no initial value) counts as above target.
+    """
     if entropy is None:
-        return temperature_low
-    return temperature_high if entropy < target else temperature_low
+        return False
+    return entropy <= target if at_target == "high" else entropy < target
+
+
+def aepo_temperature(
+    entropy: float | None, *, target: float, temperature_high: float, temperature_low: float, at_target: str = "high"
+) -> float:
+    """``T_high`` when :func:`aepo_below_target`, else ``T_low`` (``T_low`` when ``entropy`` is None)."""
+    below = aepo_below_target(entropy, target=target, at_target=at_target)
+    return temperature_high if below else temperature_low
+
+
+def aepo_sample_count(num_candidates: int, *, below_target: bool, max_samples: int, cap_rule: str) -> int:
+    """How many of ``num_candidates`` positive temperature-T samples AEPO reinforces.
+
+    ``cap_rule="halve_count"`` (reference, ``ray_trainer.py``: ``min(reinforce_sample_num, n)``, halved with ``//``
+    above target): 60 for n = 100, 40 for n = 40 below target; 20 for n = 40 and 0 for n = 1 above it.
+    ``"halve_cap"``: ``min(n, cap)`` with ``cap = max_samples`` below target and ``max(max_samples // 2, 1)`` above
+    (30 for n = 40, 1 for n = 1 above target).
+    """
+    if cap_rule == "halve_count":
+        count = min(max_samples, num_candidates)
+        return count if below_target else count // 2
+    if cap_rule == "halve_cap":
+        cap = max_samples if below_target else max(max_samples // 2, 1)
+        return min(num_candidates, cap)
+    raise ValueError(f"aepo_sample_count: unknown cap_rule {cap_rule!r}; use 'halve_count' or 'halve_cap'")
+
+
+def aepo_candidates(rewards: torch.Tensor, group_size: int, *, adv_threshold: float) -> torch.Tensor:
+    """(N,) bool: samples whose group advantage (TRL's sample-std normalisation, 0 for NaN rewards) exceeds
+    ``adv_threshold`` (reference: ``_select_by_advantage(threshold=0.05, absolute=False)``)."""
+    return group_relative_advantages(rewards, group_size) > adv_threshold
+
+
+def aepo_pick(
+    candidates: torch.Tensor, count: int, *, order: str = "first", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """(N,) bool: ``count`` of the ``candidates`` (N,) bool. ``order="first"`` (reference:
+    ``entropy_controller[:sample_num]``) takes them in row order; ``"random"`` draws them uniformly."""
+    if count >= int(candidates.sum()):
+        return candidates.clone()
+    if order == "first":
+        return candidates & (candidates.long().cumsum(0) <= count)
+    if order == "random":
+        priority = torch.rand(candidates.shape, generator=generator, device=candidates.device)
+        chosen = torch.topk(priority.masked_fill(~candidates, -1.0), count).indices
+        keep = torch.zeros_like(candidates)
+        keep[chosen] = True
+        return keep
+    raise ValueError(f"aepo_pick: unknown order {order!r}; use 'first' or 'random'")
 
 
 def aepo_select(
@@ -32,18 +88,35 @@ def aepo_select(
     *,
     adv_threshold: float,
     max_samples: int,
+    order: str = "random",
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Which temperature-T samples AEPO reinforces: group advantage (TRL's sample-std normalisation) above
-    ``adv_threshold``, at most ``max_samples`` of them, chosen uniformly at random when there are more. (N,) bool."""
-    advantages = group_relative_advantages(rewards, group_size)  # (N,), 0 for NaN rewards
-    keep = advantages > adv_threshold
-    if int(keep.sum()) > max_samples:
-        priority = torch.rand(rewards.shape, generator=generator, device=rewards.device).masked_fill(~keep, -1.0)
-        chosen = torch.topk(priority, max_samples).indices
-        keep = torch.zeros_like(keep)
-        keep[chosen] = True
-    return keep
+    """Which temperature-T samples AEPO reinforces: :func:`aepo_candidates`, at most ``max_samples`` of them picked by
+    :func:`aepo_pick`. (N,) bool."""
+    candidates = aepo_candidates(rewards, group_size, adv_threshold=adv_threshold)  # (N,)
+    return aepo_pick(candidates, max_samples, order=order, generator=generator)
+
+
+def aepo_entropy_sums(
+    *, logps: torch.Tensor, entropies: torch.Tensor | None, mask: torch.Tensor, estimator: str
+) -> torch.Tensor:
+    """(2,) float [sum, token count] of the entropy estimate AEPO steers on, over the ``mask`` (B, T) tokens.
+
+    ``estimator="sampled"`` (reference, ``dp_actor.py``: ``entropy_loss = -masked_mean(log_probs)``): ``-logp`` of
+    the sampled tokens, an unbiased estimate of the policy's entropy only for tokens sampled from the policy itself (on
+    tokens sampled hotter it reads higher: 4.35 against an exact 3.61 at T 1.2 in the porting cross-check);
+    ``"exact"``: the full-distribution entropy of each position (``entropies``).
+    """
+    weights = mask.to(logps.dtype)  # (B, T)
+    if estimator == "sampled":
+        values = -logps.detach()
+    elif estimator == "exact":
+        if entropies is None:
+            raise ValueError("aepo_entropy_sums: estimator='exact' needs the per-token entropies")
+        values = entropies.detach().to(logps.dtype)
+    else:
+        raise ValueError(f"aepo_entropy_sums: unknown estimator {estimator!r}; use 'sampled' or 'exact'")
+    return torch.stack([(values * weights).sum(), weights.sum()]).float()
 
 
 def aepo_per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,20 @@ class Rollout:
     completions: list[Any]
     logprobs: list[list[float]] | None
 
+    def select(self, rows: list[int]) -> Rollout:
+        """The rollout of these rows only, in this order."""
+
+        def pick(values):
+            return None if values is None else [values[i] for i in rows]
+
+        return Rollout(
+            pick(self.prompt_ids),
+            pick(self.completion_ids),
+            pick(self.tool_mask),
+            pick(self.completions),
+            pick(self.logprobs),
+        )
+
 
 class Host(Protocol):
     """What an extension may use of the trainer. Implemented by ``trl_grpo_ext.trainer.TrainerHost``."""
@@ -66,6 +80,8 @@ class Host(Protocol):
     def eos_token_ids(self) -> list[int]: ...
     @property
     def scale_rewards(self) -> str: ...
+    @property
+    def mask_truncated_completions(self) -> bool: ...
     @property
     def top_entropy_quantile(self) -> float: ...
     @property
@@ -117,6 +133,12 @@ class Host(Protocol):
         """The keyword arguments TRL passes to reward functions for these rows (dataset columns, trainer_state,
         log_extra, log_metric, environments, completion_ids)."""
 
+    def rollout_tensors(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """A rollout as TRL pads its batch: ``prompt_ids`` / ``prompt_mask`` (b, p) left-padded, ``completion_ids`` /
+        ``completion_mask`` (b, t) right-padded, ``completion_mask`` 0 on a truncated row under
+        ``mask_truncated_completions``; ``tool_mask`` (b, t) when the rollout has one; ``sampling_logps`` (b, t) when
+        it has the sampler's log-probs (NaN where missing); widths rounded up to ``pad_to_multiple_of``."""
+
     def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
         """(b, t) log-probs (with gradient when enabled) and entropies (or None) of a chunk's completions under the
         policy, through TRL's ``_get_per_token_logps_and_entropies``."""
@@ -139,10 +161,31 @@ class GenerationUpdate:
         keep: (N,) bool, the rows that train; the others are masked out of the loss (multiplied into ``tool_mask``,
             the loss-mask slot TRL honours), ``num_items_in_batch`` is recounted over the kept tokens, and each row's
             flag travels with it (``KEEP_KEY``) for per-micro-batch rescaling.
+        splice: rows to put in place of this process's first rows (see :class:`Splice`).
     """
 
     advantages: torch.Tensor | None = None
     keep: torch.Tensor | None = None
+    splice: Splice | None = None
+
+
+@dataclass
+class Splice:
+    """Samples generated outside TRL's batch that take the place of this process's first rows (AEPO as its authors run
+    it: the reinforced samples replace the first rows of the training batch, which keeps its size).
+
+    The trainer applies a splice after every member's ``on_generation`` ran (so the others see TRL's own samples): rows
+    ``0 .. len(rollout) - 1`` of this process get the rollout's tokens, ``advantage`` on every token, keep flag True,
+    TRL's old / reference / vLLM sampling log-probs and importance-sampling ratio recomputed for them, and
+    ``num_items_in_batch`` recounted (a collective: every process returns a splice, possibly empty).
+
+    Attributes:
+        rollout: this process's samples, at most its row count.
+        advantage: the advantage every spliced token gets (the reference: 1).
+    """
+
+    rollout: Rollout
+    advantage: float = 1.0
 
 
 @dataclass

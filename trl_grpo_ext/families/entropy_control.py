@@ -7,11 +7,27 @@ import math
 import time
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
-from ..core.aepo import aepo_per_token_loss, aepo_select, aepo_temperature, high_entropy_mask
+from ..core.aepo import (
+    aepo_below_target,
+    aepo_candidates,
+    aepo_entropy_sums,
+    aepo_per_token_loss,
+    aepo_pick,
+    aepo_sample_count,
+    high_entropy_mask,
+)
 from ..core.state import state_number
-from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, LossContext, Off
+from .base import (
+    ENTROPY_CONTROLS,
+    Extension,
+    GenerationBatch,
+    GenerationUpdate,
+    LossContext,
+    Off,
+    Rollout,
+    Splice,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -20,34 +36,45 @@ ENTROPY_CONTROLS.register("none")(Off)
 
 @ENTROPY_CONTROLS.register("aepo")
 class AEPO(Extension):
-    """AEPO (arXiv 2510.08141) on top of whatever GRPO loss runs.
+    """AEPO (arXiv 2510.08141) on top of whatever GRPO loss runs; by default as the authors' code runs it.
 
     Per training generation batch:
 
-    1. ``T = aepo_temperature_high`` if the previous optimizer step's global mean token entropy is under
-       ``aepo_target_entropy``, else ``aepo_temperature_low`` (every process reads the same all-reduced value);
-    2. the same prompts are generated again at T through TRL's own ``_generate`` (transformers or vLLM), scored by the
-       same reward functions; TRL's completion metrics are left untouched by this extra generation;
-    3. samples whose group advantage exceeds ``aepo_adv_threshold`` get advantage 1; at most ``aepo_max_samples``
-       (half as many when entropy is above target) are kept, drawn with a generator seeded identically on every rank;
-    4. their REINFORCE term ``aepo_coef * mean_tokens(-exp(logp - old_logp))`` (old log-probs from the policy before
-       the update, at the training temperature) is added to the loss, the kept samples split into
-       ``steps_per_generation`` chunks of a fixed size, so TRL's batch, shuffling and gathers are untouched.
+    1. the entropy estimate (``aepo_entropy_estimator``) of the previous optimizer step's trained tokens, all-reduced
+       so every process reads the same value (``aepo_first_step`` decides the first batch), chooses
+       ``T = aepo_temperature_high`` at or under ``aepo_target_entropy`` (``aepo_at_target``), else
+       ``aepo_temperature_low``;
+    2. the first ``aepo_regenerate_fraction`` of this process's prompt groups are generated again at T through TRL's
+       own ``_generate`` (transformers or vLLM) and scored by the same reward functions; TRL's completion metrics are
+       left untouched by this extra generation;
+    3. samples whose group advantage exceeds ``aepo_adv_threshold`` are candidates; ``aepo_cap_rule`` says how many
+       train (``aepo_max_samples``, halved above target), ``aepo_sample_order`` which;
+    4. ``aepo_mode="splice"``: they replace the first rows of this process's training batch with advantage
+       ``aepo_coef`` (the trainer rebuilds TRL's masks and log-probs for them) and train through TRL's own loss;
+       ``aepo_mode="term"``: their REINFORCE term ``aepo_coef * mean_tokens(-exp(logp - old_logp))`` (old log-probs
+       from the policy before the update) is added to the loss, split into ``steps_per_generation`` chunks of a fixed
+       size, TRL's batch untouched.
 
-    The term honours the masks TRL applies to its own loss: tool-response / ``env_mask`` tokens returned by
-    ``_generate`` (``tools=``, a ``rollout_func``) and truncated completions under ``mask_truncated_completions`` train
-    nothing; under ``top_entropy_quantile < 1`` only the highest-entropy fraction of the AEPO samples' own tokens train
-    (quantile over this process's AEPO tokens); with vLLM's ``vllm_importance_sampling_correction`` the term is
-    multiplied by the same importance-sampling ratio TRL computes (vLLM's sampling log-probs vs the training model's).
-    TRL's ``off_policy_mask_threshold`` keeps every sequence with a non-negative advantage, so it keeps every AEPO
-    sample (advantage 1). ``environment_factory`` is refused (the regeneration would step environments TRL already
-    reset and stepped for this batch).
+    Spliced rows are TRL rows: every mask and correction TRL applies to its own rows applies to them (tool /
+    ``env_mask``, ``mask_truncated_completions``, entropy and off-policy masks, vLLM importance sampling), and every
+    family composes with them. The term honours the same masks explicitly: tool / env tokens and truncated completions
+    train nothing; under ``top_entropy_quantile < 1`` only the highest-entropy fraction of the AEPO samples' own
+    tokens train (quantile over this process's AEPO tokens); with vLLM's ``vllm_importance_sampling_correction`` it is
+    multiplied by TRL's importance-sampling ratio. ``environment_factory`` is refused (the regeneration would step
+    environments TRL already reset and stepped for this batch).
 
-    Logs ``aepo/temperature``, ``aepo/entropy``, ``aepo/entropy_gap``, ``aepo/samples_used``, ``aepo/positive_frac``,
-    ``aepo/extra_gen_time`` (seconds of the extra generation and scoring) and ``aepo/loss``.
+    Logs ``aepo/temperature``, ``aepo/entropy``, ``aepo/entropy_gap``, ``aepo/regenerated`` (rows, all processes),
+    ``aepo/samples_used``, ``aepo/positive_frac``, ``aepo/extra_gen_time`` (seconds of the extra generation and
+    scoring) and, in term mode, ``aepo/loss``.
     """
 
-    metrics = ("aepo/temperature", "aepo/samples_used", "aepo/positive_frac", "aepo/extra_gen_time")
+    metrics = (
+        "aepo/temperature",
+        "aepo/regenerated",
+        "aepo/samples_used",
+        "aepo/positive_frac",
+        "aepo/extra_gen_time",
+    )
     example_config = {"aepo_adv_threshold": 0.0}
     docs = "aepo.md"
 
@@ -66,104 +93,101 @@ class AEPO(Extension):
         self.temperature: float | None = None
         self._chunks: list[dict[str, torch.Tensor]] = []
         self._window: torch.Tensor | None = None
+        self._warned_split_groups = False
 
     # ------------------------------------------------------------------ generation side
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def regenerated_rows(self, local_rows: int, group_size: int) -> int:
+        """How many of this process's first rows are generated again: ``floor(aepo_regenerate_fraction x groups)``
+        whole groups (at least one); every row when this process's rows split a group (a group must be scored whole,
+        and every process must generate the same number of rows)."""
+        fraction = self.args.aepo_regenerate_fraction
+        if local_rows % group_size:
+            if fraction < 1.0 and not self._warned_split_groups:
+                self._warned_split_groups = True
+                logger.warning(
+                    "entropy_control='aepo': this process's %d rows split a group of %d, so AEPO regenerates all of "
+                    "them instead of aepo_regenerate_fraction=%s (make the rows per process a multiple of "
+                    "num_generations to regenerate a fraction).",
+                    local_rows,
+                    group_size,
+                    fraction,
+                )
+            return local_rows
+        groups = local_rows // group_size
+        return max(1, math.floor(fraction * groups + 1e-9)) * group_size
+
+    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode != "train":
-            return
+            return None
         args, host = self.args, self.host
         start = time.perf_counter()
-        temperature = aepo_temperature(
-            self.last_entropy,
-            target=args.aepo_target_entropy,
-            temperature_high=args.aepo_temperature_high,
-            temperature_low=args.aepo_temperature_low,
-        )
+        if self.last_entropy is None:
+            below = args.aepo_first_step == "high"  # the reference starts from entropy 0: below any target
+        else:
+            below = aepo_below_target(self.last_entropy, target=args.aepo_target_entropy, at_target=args.aepo_at_target)
+        temperature = args.aepo_temperature_high if below else args.aepo_temperature_low
         self.temperature = temperature
-        rollout = host.regenerate(batch.prompts, temperature=temperature)
-        rewards = host.score(batch.inputs, batch.prompts, rollout.completions, rollout.completion_ids)  # (N,)
-        below = self.last_entropy is not None and self.last_entropy < args.aepo_target_entropy
-        cap = args.aepo_max_samples if below else max(args.aepo_max_samples // 2, 1)
+        local_rows = len(batch.prompts)
+        rows = self.regenerated_rows(local_rows, batch.group_size)
+        prompts, inputs = batch.prompts[:rows], batch.inputs[:rows]
+        rollout = host.regenerate(prompts, temperature=temperature)
+        rewards = host.score(inputs, prompts, rollout.completions, rollout.completion_ids)  # (rows x processes,)
+        candidates = aepo_candidates(rewards, batch.group_size, adv_threshold=args.aepo_adv_threshold)
+        if host.mask_truncated_completions:  # a truncated sample trains nothing there: it would only displace a row
+            ends = {*host.eos_token_ids, host.pad_token_id}
+            complete = [bool(ids) and ids[-1] in ends for ids in rollout.completion_ids]
+            candidates &= host.gather(torch.tensor(complete, device=rewards.device)).bool()
+        count = aepo_sample_count(
+            int(candidates.sum()), below_target=below, max_samples=args.aepo_max_samples, cap_rule=args.aepo_cap_rule
+        )
         generator = host.generator("aepo", per_rank=False, device=rewards.device)
-        keep = aepo_select(
-            rewards, batch.group_size, adv_threshold=args.aepo_adv_threshold, max_samples=cap, generator=generator
-        )
-        local = keep[batch.process_slice].nonzero().flatten().tolist()
-        self._chunks = self._build_chunks(
-            rollout.prompt_ids, rollout.completion_ids, local, tool_mask=rollout.tool_mask, logprobs=rollout.logprobs
-        )
+        keep = aepo_pick(candidates, count, order=args.aepo_sample_order, generator=generator)
+        rank = batch.process_slice.start // max(local_rows, 1)
+        local = keep[rank * rows : (rank + 1) * rows].nonzero().flatten().tolist()
+        update = None
+        if args.aepo_mode == "splice":
+            update = GenerationUpdate(splice=Splice(rollout.select(local), advantage=args.aepo_coef))
+        else:
+            self._chunks = self._build_chunks(
+                rollout.prompt_ids,
+                rollout.completion_ids,
+                local,
+                tool_mask=rollout.tool_mask,
+                logprobs=rollout.logprobs,
+            )
         elapsed = time.perf_counter() - start
-        positive = float((keep.float().sum() / max(keep.numel(), 1)).item())
         self.log_metric("train", "aepo/temperature", temperature)
+        self.log_metric("train", "aepo/regenerated", float(rewards.numel()))
         self.log_metric("train", "aepo/samples_used", float(keep.sum()))
-        self.log_metric("train", "aepo/positive_frac", positive)
+        self.log_metric("train", "aepo/positive_frac", float(keep.float().mean()) if keep.numel() else 0.0)
         self.log_metric("train", "aepo/extra_gen_time", elapsed)
         if self.last_entropy is not None:
             self.log_metric("train", "aepo/entropy", self.last_entropy)
             self.log_metric("train", "aepo/entropy_gap", self.last_entropy - args.aepo_target_entropy)
-
-    def _row_mask(self, completion_ids: list[int], tool_mask: list[int] | None) -> torch.Tensor:
-        """(t,) loss mask of one AEPO sample: TRL's tool / env mask, and 0 everywhere for a truncated completion
-        under ``mask_truncated_completions`` (as TRL masks its own)."""
-        if not completion_ids:
-            return torch.zeros(1, dtype=torch.long)
-        mask = torch.ones(len(completion_ids), dtype=torch.long)
-        if tool_mask is not None:
-            mask = mask * torch.tensor(tool_mask[: len(completion_ids)], dtype=torch.long)
-        if self.args.mask_truncated_completions:
-            ends = {*self.host.eos_token_ids, self.host.pad_token_id}
-            if completion_ids[-1] not in ends:
-                mask = torch.zeros_like(mask)
-        return mask
+        return update
 
     @torch.no_grad()
     def _build_chunks(
         self, prompt_ids, completion_ids, rows: list[int], *, tool_mask=None, logprobs=None
     ) -> list[dict[str, torch.Tensor]]:
-        """Split the kept samples into steps_per_generation micro-chunks of one fixed size (padding rows masked)."""
+        """Term mode: the kept samples in ``steps_per_generation`` micro-chunks of one fixed size, padded as TRL pads
+        its batch (``Host.rollout_tensors``), with old log-probs and, under vLLM's correction, TRL's IS ratio."""
         host = self.host
         spg = self.args.steps_per_generation
-        device = host.device
         size = max(1, math.ceil(len(rows) / spg))
-        pad_id = host.pad_token_id
+        rollout = Rollout(prompt_ids, completion_ids, tool_mask, [None] * len(prompt_ids), logprobs)
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
             if not part:
                 chunks.append({})
                 continue
-            prompts = [torch.tensor(prompt_ids[i]) for i in part]
-            comps = [torch.tensor(completion_ids[i] or [pad_id]) for i in part]
-            p_ids = pad_sequence([p.flip(0) for p in prompts], batch_first=True, padding_value=pad_id).flip(1)
-            p_mask = pad_sequence([torch.ones_like(p).flip(0) for p in prompts], batch_first=True).flip(1)
-            c_ids = pad_sequence(comps, batch_first=True, padding_value=pad_id)
-            # Attention covers every completion token; the loss mask drops tool / env tokens and masked rows.
-            c_mask = pad_sequence(
-                [
-                    torch.ones(len(completion_ids[i]), dtype=torch.long)
-                    if completion_ids[i]
-                    else torch.zeros(1, dtype=torch.long)
-                    for i in part
-                ],
-                batch_first=True,
-            )
-            loss_mask = pad_sequence(
-                [self._row_mask(completion_ids[i], None if tool_mask is None else tool_mask[i]) for i in part],
-                batch_first=True,
-            )
-            chunk = {
-                "prompt_ids": p_ids.to(device),
-                "prompt_mask": p_mask.to(device),
-                "completion_ids": c_ids.to(device),
-                "completion_mask": c_mask.to(device),
-                "loss_mask": loss_mask.to(device),
-            }
+            chunk = host.rollout_tensors(rollout.select(part))
+            tool = chunk.pop("tool_mask", None)
+            sampling = chunk.pop("sampling_logps", None)
+            chunk["loss_mask"] = chunk["completion_mask"] if tool is None else chunk["completion_mask"] * tool
             chunk["old_logps"] = host.policy_logps(chunk)[0].detach()
-            if logprobs is not None:
-                sampling = pad_sequence(
-                    [torch.tensor([math.nan if x is None else float(x) for x in (logprobs[i] or [0.0])]) for i in part],
-                    batch_first=True,
-                ).to(device)
+            if sampling is not None:
                 ratio = host.vllm_is_ratio(
                     chunk["old_logps"],
                     sampling.to(chunk["old_logps"].dtype),
@@ -196,10 +220,13 @@ class AEPO(Extension):
         return loss
 
     def after_loss(self, ctx: LossContext) -> None:
-        if ctx.mode != "train" or ctx.entropies is None:
+        if ctx.mode != "train" or ctx.logps is None:
             return
-        mask = ctx.mask.to(ctx.entropies.dtype)
-        stats = torch.stack([(ctx.entropies.detach() * mask).sum(), mask.sum()])
+        if ctx.entropies is None and self.args.aepo_entropy_estimator == "exact":
+            return
+        stats = aepo_entropy_sums(
+            logps=ctx.logps, entropies=ctx.entropies, mask=ctx.mask, estimator=self.args.aepo_entropy_estimator
+        )
         self._window = stats if self._window is None else self._window + stats
         if self.host.step_end:
             total, count = self.host.collectives.all_sum(self._window.float()).tolist()
