@@ -3,8 +3,8 @@
     python benchmarks/overhead.py --repeats 3 --steps 12          # trainer overhead, interleaved subprocess runs
     python benchmarks/overhead.py --micro                          # core functions at B=512, T=4096
 
-Each run is a fresh subprocess (so peak RSS is its own): fixed seed, tiny random Llama, batch 16 (4 prompts x 4),
-``steps`` optimizer steps. Two measurements per feature:
+Each run is a fresh subprocess (so peak RSS is its own): fixed seed, tiny random Llama, batch 16 (4 prompts x 4;
+``--batch``), ``steps`` optimizer steps. Two measurements per feature:
 
 - **A/B time ratio**: the median wall time of a whole optimizer step (between consecutive ``on_step_end``: generation,
   loss, backward, optimizer, callbacks) after the first two steps, divided by the matching ``trl.GRPOTrainer``
@@ -68,9 +68,9 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
 overrides, is_trl, steps = json.loads(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
-hidden, layers, length = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+hidden, layers, length, batch = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
 d = tempfile.mkdtemp()
-common = dict(output_dir=d + "/o", per_device_train_batch_size=16, num_generations=4, max_completion_length=length,
+common = dict(output_dir=d + "/o", per_device_train_batch_size=batch, num_generations=4, max_completion_length=length,
               max_steps=steps, learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
               seed=0, save_strategy="no", disable_tqdm=True)
 def steps_fn(prompts, completions, steps, **kw):
@@ -97,7 +97,7 @@ print("RESULT", json.dumps({"step_time": statistics.median(walls),
 """
 
 
-def run_child(overrides: dict, steps: int, *, trl: bool, size: tuple[int, int, int]) -> dict:
+def run_child(overrides: dict, steps: int, *, trl: bool, size: tuple[int, int, int, int]) -> dict:
     argv = [json.dumps(overrides), "1" if trl else "0", str(steps), *map(str, size)]
     proc = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, timeout=600)
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
@@ -106,7 +106,7 @@ def run_child(overrides: dict, steps: int, *, trl: bool, size: tuple[int, int, i
     return json.loads(line[0][len("RESULT ") :])
 
 
-def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int], only: list[str] | None = None) -> None:
+def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int, int], only: list[str] | None = None) -> None:
     names = [n for n in CONFIGS if only is None or n in only or any(CONFIGS[o][0] == n for o in only)]
     results: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(repeats):
@@ -114,7 +114,8 @@ def trainer_overhead(repeats: int, steps: int, size: tuple[int, int, int], only:
             _, overrides, is_trl = CONFIGS[name]
             results[name].append(run_child(overrides, steps, trl=is_trl, size=size))
     print(
-        f"\nmodel hidden={size[0]} layers={size[1]}, {size[2]} completion tokens, {steps} steps, {repeats} "
+        f"\nmodel hidden={size[0]} layers={size[1]}, {size[2]} completion tokens, batch {size[3]} "
+        f"({size[3] // 4} x 4), {steps} steps, {repeats} "
         "interleaved repeats; A/B ratios against the matching trl.GRPOTrainer run, in-run = 1/(1 - timing/ext_fraction)"
     )
     print(
@@ -187,13 +188,15 @@ def main():
     parser.add_argument("--hidden", type=int, default=64, help="width of the random Llama")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--completion_length", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=16, help="completions per step (groups of 4)")
     parser.add_argument("--micro", action="store_true", help="only the core micro-benchmarks")
     parser.add_argument("--only", nargs="+", choices=list(CONFIGS), help="these configs (and their baselines) only")
     args = parser.parse_args()
     if args.micro:
         micro()
     else:
-        trainer_overhead(args.repeats, args.steps, (args.hidden, args.layers, args.completion_length), args.only)
+        size = (args.hidden, args.layers, args.completion_length, args.batch)
+        trainer_overhead(args.repeats, args.steps, size, args.only)
 
 
 if __name__ == "__main__":
