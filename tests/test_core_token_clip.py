@@ -159,3 +159,36 @@ def test_select_top_k_global_ties_go_to_lower_rank():
 def test_bad_selection_inputs():
     with pytest.raises(RuntimeError):
         clip_cov_mask(torch.zeros(2, 2), torch.zeros(3), torch.ones(2, 2), ratio=0.5, lb=0, ub=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.integers(0, 80), st.booleans(), st.data())
+def test_single_process_fast_selection_equals_the_general_path(b, t, k, continuous, data):
+    """select_top_k's one-topk path (one process) gives the same mask as the general, tie-counting path."""
+    from trl_grpo_ext.core.collectives import _Local
+
+    if continuous:
+        seed = data.draw(st.integers(0, 2**16))
+        scores = torch.rand(b, t, generator=torch.Generator().manual_seed(seed))
+    else:
+        values = data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.5]), min_size=b * t, max_size=b * t))
+        scores = torch.tensor(values).view(b, t)
+    eligible = torch.tensor(data.draw(st.lists(st.booleans(), min_size=b * t, max_size=b * t))).view(b, t)
+    general = select_top_k(scores, eligible, k, collectives=_Local())  # not LOCAL itself: the general path
+    assert torch.equal(select_top_k(scores, eligible, k), general)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_advantage_covariance_and_masks_match_the_token_level_path(seed):
+    gen = torch.Generator().manual_seed(seed)
+    logps = -torch.rand(16, 64, generator=gen) * 5
+    adv = torch.randn(16, generator=gen)
+    mask = torch.rand(16, 64, generator=gen) > 0.2
+    expanded = adv.unsqueeze(1).expand(16, 64).contiguous()  # the same advantages, token-level: the general path
+    torch.testing.assert_close(token_covariance(logps, adv, mask), token_covariance(logps, expanded, mask))
+    assert torch.equal(kl_cov_mask(logps, adv, mask, ratio=0.02), kl_cov_mask(logps, expanded, mask, ratio=0.02))
+    kw = dict(ratio=0.02, lb=-100.0, ub=100.0)
+    assert torch.equal(
+        clip_cov_mask(logps, adv, mask, generator=torch.Generator().manual_seed(1), **kw),
+        clip_cov_mask(logps, expanded, mask, generator=torch.Generator().manual_seed(1), **kw),
+    )

@@ -44,8 +44,16 @@ def token_covariance(
     """
     valid = mask.bool()  # (B, T)
     lp = logps.detach().float()  # (B, T)
+    vf = valid.float()  # (B, T)
+    if advantages.dim() == 1:  # one advantage per row: O(B) work for its mean, no (B, T) expansion
+        adv_row = advantages.detach().float()  # (B,)
+        per_row = vf.sum(dim=1)  # (B,) valid tokens per row
+        sums = [per_row.sum(), torch.dot(lp.reshape(-1), vf.reshape(-1)), torch.dot(adv_row, per_row)]
+        stats = collectives.all_sum(torch.stack(sums))  # (3,)
+        count = stats[0].clamp(min=1.0)
+        cov = (lp - stats[1] / count).mul_((adv_row - stats[2] / count).unsqueeze(1))  # (B, T)
+        return cov.masked_fill_(~valid, 0.0)
     adv = _expand(advantages.detach().float(), lp)  # (B, T)
-    vf = valid.float()
     stats = collectives.all_sum(torch.stack([vf.sum(), (lp * vf).sum(), (adv * vf).sum()]))  # (3,)
     count = stats[0].clamp(min=1.0)
     cov = (lp - stats[1] / count) * (adv - stats[2] / count)  # (B, T)
@@ -76,6 +84,10 @@ def select_top_k(
     eligible = eligible.bool()
     flat_scores = scores.detach().float().reshape(-1)  # (B*T,)
     flat_eligible = eligible.reshape(-1)  # (B*T,)
+    if collectives is LOCAL and k > 0:
+        fast = _select_top_k_local(flat_scores, flat_eligible, k)
+        if fast is not None:
+            return fast.view_as(eligible)
     local_values = flat_scores[flat_eligible]  # (n_local,)
     local_top = torch.topk(local_values, min(k, local_values.numel())).values if k > 0 else local_values[:0]
     candidates = collectives.all_cat(local_top)  # (<= k * world,)
@@ -95,6 +107,22 @@ def select_top_k(
     tie_rank = torch.cumsum(ties.long(), dim=0)  # 1-based order of each tie within this process
     chosen = above | (ties & (tie_rank <= take))
     return chosen.view_as(eligible)
+
+
+def _select_top_k_local(flat_scores: torch.Tensor, flat_eligible: torch.Tensor, k: int) -> torch.Tensor | None:
+    """One process, the usual case: one ``topk`` of ``k + 1`` over the masked scores. Returns the (B*T,) mask when the
+    k-th and (k+1)-th eligible scores differ (then the top k is unique, the same mask as the general path), else None
+    (a tie at the threshold: the general path breaks it by flat index)."""
+    num_eligible = int(flat_eligible.sum())
+    if num_eligible <= k:
+        return flat_eligible.clone()
+    top = torch.topk(flat_scores.masked_fill(~flat_eligible, -math.inf), k + 1)
+    kth, next_value = top.values[k - 1], top.values[k]
+    if not (bool(torch.isfinite(next_value)) and kth > next_value):
+        return None
+    chosen = torch.zeros_like(flat_eligible)
+    chosen[top.indices[:k]] = True
+    return chosen
 
 
 def _global_count(mask: torch.Tensor, collectives: Collectives) -> int:
