@@ -278,6 +278,12 @@ class LossContext:
         return self.logps.detach() if old is None else old
 
     @property
+    def row_advantages(self) -> torch.Tensor:
+        """(B,) or (B, T) advantages as the batch holds them (the covariance functions take either; one per row
+        spares them a (B, T) expansion)."""
+        return self.inputs["advantages"]
+
+    @property
     def advantages(self) -> torch.Tensor:
         """(B, T) advantages as the loss sees them."""
         adv = self.inputs["advantages"]

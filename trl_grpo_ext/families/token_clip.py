@@ -31,7 +31,7 @@ class _CovarianceClip(Extension):
         """Global metrics: fraction and number of tokens selected, mean covariance of valid and of selected tokens."""
         coll = self.host.collectives
         valid = ctx.policy_mask
-        cov = token_covariance(logps, ctx.advantages, valid, collectives=self.collectives())
+        cov = token_covariance(logps, ctx.row_advantages, valid, collectives=self.collectives())
         stats = torch.stack([valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()]).to(
             logps.device
         )
@@ -70,7 +70,7 @@ class ClipCov(_CovarianceClip):
         )
         selected = clip_cov_mask(
             logps,
-            ctx.advantages,
+            ctx.row_advantages,
             candidates,
             ratio=self.args.clip_cov_ratio,
             lb=self.args.clip_cov_lb,
@@ -121,7 +121,7 @@ class KLCov(_CovarianceClip):
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         selected = kl_cov_mask(
-            logps, ctx.advantages, ctx.policy_mask, ratio=self.args.kl_cov_ratio, collectives=self.collectives()
+            logps, ctx.row_advantages, ctx.policy_mask, ratio=self.args.kl_cov_ratio, collectives=self.collectives()
         )
         ctx.selected = selected
         self.log_selection(ctx, logps, selected)
