@@ -1,15 +1,17 @@
 """Does AEPO hold the policy's entropy at a chosen target where vanilla GRPO collapses? Both AEPO modes, 3 seeds.
 
-    python benchmarks/aepo_entropy.py --out docs/images      # targets 1.0 and 2.5, seeds 0-2, both modes
+    python benchmarks/aepo_entropy.py --out docs/images                        # lr 5e-3, 100 steps
+    python benchmarks/aepo_entropy.py --lr 1e-3 --steps 200 --out docs/images  # a slower collapse
 
-The ``sums`` setting of benchmarks/collapse_setting.py (tiny random Llama, batch 32 = 4 prompts x 8, lr 5e-3, 100
-steps): vanilla GRPO, then AEPO for each target with the reference code's rules (``reference``: the defaults, a
-quarter of the prompts regenerated, samples spliced into the batch through the clipped loss, entropy read as
-``-mean(logp)``) and with 0.1.0's (``0.1.0``: ``trl_grpo_ext.config.AEPO_0_1_0``, the whole batch regenerated, a
-separate REINFORCE term, exact entropy). For each run it reports, over the last third of the steps, the entropy AEPO
-steers on (``aepo/entropy``: the sampled-token estimate in reference mode, the exact entropy in 0.1.0 mode) and the
-exact mean token entropy of the trained batch (TRL's ``entropy``), and whether the steered value lies within +-20% of
-the target. Writes ``aepo_entropy.json`` (every curve) and ``aepo_entropy.png``.
+The ``sums`` setting of benchmarks/collapse_setting.py (tiny random Llama, batch 32 = 4 prompts x 8): vanilla GRPO,
+then AEPO for each target in three modes: ``reference`` (the defaults: the reference code's rules, a quarter of the
+prompt groups regenerated, samples spliced into the batch through the clipped loss, entropy read as ``-mean(logp)``),
+``reference-all`` (the same rules, every prompt regenerated) and ``0.1.0`` (``trl_grpo_ext.config.AEPO_0_1_0``: the
+whole batch regenerated, a separate REINFORCE term, exact entropy); targets 1.0 and 2.5 nats, seeds 0, 1, 2. For each
+run it reports, over the last third of the steps, the entropy AEPO steers on (``aepo/entropy``: the sampled-token
+estimate under the reference rules, the exact entropy in 0.1.0 mode) and the exact mean token entropy of the trained
+batch (TRL's ``entropy``), and whether the steered value lies within +-20% of the target. Writes
+``aepo_entropy_lr{lr}.json`` (every curve) and ``aepo_entropy_lr{lr}.png``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from collapse_setting import train_collapse_setting
 from trl_grpo_ext import testkit
 from trl_grpo_ext.config import AEPO_0_1_0
 
-MODES = {"reference": {}, "0.1.0": AEPO_0_1_0}
+#: reference: the defaults; reference-all: the same rules with every prompt regenerated; 0.1.0: the separate term.
+MODES = {"reference": {}, "reference-all": {"aepo_regenerate_fraction": 1.0}, "0.1.0": AEPO_0_1_0}
 
 
 def run(model_path: str, steps: int, lr: float, seed: int, **extra) -> dict:
@@ -89,7 +92,8 @@ def main():
         shown_inside = "" if inside is None else f"{inside}/{len(steered)}"
         print(f"{name:<22}{fmt(steered):>30}{shown_inside:>10}{fmt(exact):>32}{walls:>8.0f}")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "aepo_entropy.json"), "w") as f:
+    stem = os.path.join(args.out, f"aepo_entropy_lr{args.lr:g}")
+    with open(stem + ".json", "w") as f:
         json.dump({"args": vars(args), "summary": summary, "runs": runs}, f)
     import matplotlib
 
@@ -113,7 +117,7 @@ def main():
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("mean token entropy (nats)")
     fig.tight_layout()
-    path = os.path.join(args.out, "aepo_entropy.png")
+    path = stem + ".png"
     fig.savefig(path, dpi=110)
     print(path)
 

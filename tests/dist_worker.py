@@ -123,6 +123,8 @@ def tiny_training(path, out_dir):
         sample_filter="best_worst",
         advantage_std="population",
         loss_type="grpo",
+        entropy_control="aepo",  # the reference's splice: each process puts its kept samples into its own rows
+        aepo_adv_threshold=0.0,
     )
     trainer = GRPOExtTrainer(
         model=path,
@@ -133,9 +135,13 @@ def tiny_training(path, out_dir):
     )
     trainer.train()
     betas = trainer.accelerator.gather(torch.tensor([trainer.beta], dtype=torch.float64)).tolist()
+    aepo = trainer.extensions["entropy_control"]
+    state = [aepo.last_entropy, aepo.temperature]
     logs = [h for h in trainer.state.log_history if "loss" in h]
     return {
         "betas": betas,
+        "aepo_state": gather_object([state]),
+        "aepo_samples": sum(h.get("aepo/samples_used", 0.0) for h in logs),
         "losses_finite": all(math.isfinite(h["loss"]) for h in logs),
         "steps": len(logs),
         "selected_logged": all("clip_cov/selected_frac" in h for h in logs),

@@ -282,3 +282,13 @@ def test_spliced_rows_train_through_trls_clipped_loss(make_trainer, train_datase
         grads[ratio] = sum(float(p.grad.abs().sum()) for p in trainer.model.parameters() if p.grad is not None)
     assert grads[1.3] == 0.0  # clipped: ratio 1.3 > 1 + epsilon_high = 1.2 with advantage 1
     assert grads[1.1] > 0.0
+
+
+def test_aepo_warns_when_the_regenerated_samples_cannot_reach_the_cap(make_trainer, caplog):
+    with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
+        make_trainer(entropy_control="aepo")  # 8 rows, 2 groups: one group regenerated, 4 samples < 60
+    assert "regenerates 4 samples per generation batch, fewer than aepo_max_samples=60" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
+        make_trainer(entropy_control="aepo", aepo_max_samples=4)
+    assert "fewer than aepo_max_samples" not in caplog.text

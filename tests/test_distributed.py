@@ -41,6 +41,8 @@ def test_two_process_global_selection_and_training(tmp_path, tiny_model_path):
     assert train["losses_finite"] and train["selected_logged"]
     assert train["betas"][0] == train["betas"][1]  # every rank holds the same beta
     assert train["betas"][0] != 0.04  # and the controller moved it
+    assert train["aepo_samples"] > 0  # AEPO spliced samples on two processes
+    assert train["aepo_state"][0] == train["aepo_state"][1]  # same entropy and temperature on every rank
 
     # The same generation batch on one process: identical PRM advantages, filter masks, token count and beta.
     reference = equivalence.deterministic_quantities(

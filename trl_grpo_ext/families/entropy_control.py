@@ -94,6 +94,21 @@ class AEPO(Extension):
         self._chunks: list[dict[str, torch.Tensor]] = []
         self._window: torch.Tensor | None = None
         self._warned_split_groups = False
+        processes = host.num_processes
+        regenerated = self.regenerated_rows(args.generation_batch_size // processes, args.num_generations) * processes
+        if regenerated < args.aepo_max_samples:
+            # The reference's quarter assumes batches of hundreds of prompts (512 x 5 samples: 640 regenerated, the
+            # cap of 60 binds). Measured here (docs/aepo.md): a quarter of 4 prompts does not hold the target.
+            logger.warning(
+                "entropy_control='aepo': aepo_regenerate_fraction=%s regenerates %d samples per generation batch, "
+                "fewer than aepo_max_samples=%d, so at most %d samples (those with a positive advantage) steer the "
+                "entropy. The reference's fraction assumes batches of hundreds of prompts; with this batch, raise "
+                "aepo_regenerate_fraction (1.0 regenerates every prompt) if aepo/entropy does not reach the target.",
+                args.aepo_regenerate_fraction,
+                regenerated,
+                args.aepo_max_samples,
+                regenerated,
+            )
 
     # ------------------------------------------------------------------ generation side
     def regenerated_rows(self, local_rows: int, group_size: int) -> int:
