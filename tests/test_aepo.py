@@ -292,3 +292,23 @@ def test_aepo_warns_when_the_regenerated_samples_cannot_reach_the_cap(make_train
     with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
         make_trainer(entropy_control="aepo", aepo_max_samples=4)
     assert "fewer than aepo_max_samples" not in caplog.text
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["ref_model", "peft"])
+def test_spliced_reference_logps_follow_trls_choice_of_reference(make_trainer, train_dataset, lora):
+    """The one copied piece of TRL 1.16 (which model is the reference: ref_model, or the PEFT base / "ref" adapter)
+    gives TRL's own reference log-probs on TRL's rows (parity)."""
+    kwargs = {}
+    if lora:
+        from peft import LoraConfig
+
+        kwargs = {"peft_config": LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])}
+    trainer = make_trainer(entropy_control="aepo", aepo_mode="term", beta=0.04, trainer_kwargs=kwargs)
+    assert (trainer.ref_model is None) == lora
+    out = scored_batch(trainer, train_dataset, num_prompts=2)  # term mode: TRL's rows untouched
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    with torch.no_grad():
+        ref = trainer._ext_reference_logps(ids, attn, out["completion_ids"].size(1))
+    mask = out["completion_mask"].bool()
+    torch.testing.assert_close(ref[mask], out["ref_per_token_logps"][mask])

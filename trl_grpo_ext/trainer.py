@@ -663,9 +663,10 @@ class GRPOExtTrainer(GRPOTrainer):
     def _apply_splice(self, batch: GenerationBatch, splice) -> None:
         """Put ``splice.rollout`` in place of this process's first rows of TRL's batch (see ``families.base.Splice``).
 
-        Copies no TRL code: the new rows are padded as TRL pads (``TrainerHost.rollout_tensors``), their old log-probs
-        (when TRL keeps them), reference log-probs (when ``beta != 0``) and vLLM importance-sampling ratio are computed
-        as TRL 1.16 computes them for its own rows, and ``num_items_in_batch`` is recounted like TRL's.
+        The new rows are padded as TRL pads (``TrainerHost.rollout_tensors``); their old log-probs (when TRL keeps
+        them), reference log-probs (when ``beta != 0``; which model is the reference is the one piece copied from TRL
+        1.16, ``_ext_reference_logps``, parity-tested) and vLLM importance-sampling ratio are computed with TRL's own
+        methods, and ``num_items_in_batch`` is recounted like TRL's.
         """
         out = batch.output
         multimodal = [key for key in _MULTIMODAL_KEYS if key in out]
@@ -738,7 +739,9 @@ class GRPOExtTrainer(GRPOTrainer):
 
     def _ext_reference_logps(self, input_ids, attention_mask, logits_to_keep) -> torch.Tensor:
         """(b, t) reference-model log-probs as TRL 1.16's ``_generate_and_score_completions`` computes them: the
-        ``ref_model``, or for a PEFT model the base (or its "ref" adapter)."""
+        ``ref_model``, or for a PEFT model the base (or its "ref" adapter). Copied from TRL 1.16 (no hook computes them
+        for given rows); ``tests/test_aepo.py::test_spliced_reference_logps_follow_trls_choice_of_reference`` checks
+        parity with TRL's own values."""
         if self.ref_model is not None:
             return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, logits_to_keep)[0]
         from trl.trainer.utils import use_adapter
