@@ -192,3 +192,13 @@ def test_row_advantage_covariance_and_masks_match_the_token_level_path(seed):
         clip_cov_mask(logps, adv, mask, generator=torch.Generator().manual_seed(1), **kw),
         clip_cov_mask(logps, expanded, mask, generator=torch.Generator().manual_seed(1), **kw),
     )
+
+
+@pytest.mark.parametrize("n, k", [(64, 3), (4096, 5), (4096, 300), (1000, 7), (2 * 3 * 5 * 7 * 11, 9)])
+def test_chunked_topk_has_the_values_of_one_topk(n, k):
+    from trl_grpo_ext.core.token_clip import _topk_1d
+
+    x = torch.rand(n, generator=torch.Generator().manual_seed(n + k))
+    values, indices = _topk_1d(x, k)
+    torch.testing.assert_close(values, torch.topk(x, k).values)
+    torch.testing.assert_close(x[indices], values)  # each index points at its value

@@ -113,20 +113,34 @@ def _select_top_k_local(flat_scores: torch.Tensor, flat_eligible: torch.Tensor, 
     """One process, the usual case: one ``topk`` of ``k + 1`` over the masked scores. Returns the (B*T,) mask when the
     k-th and (k+1)-th eligible scores differ (then the top k is unique, the same mask as the general path), else None
     (a tie at the threshold: the general path breaks it by flat index)."""
-    num_eligible = int(flat_eligible.sum())
+    num_eligible = int(flat_eligible.count_nonzero())
     if num_eligible <= k:
         return flat_eligible.clone()
-    top = torch.topk(flat_scores.masked_fill(~flat_eligible, -math.inf), k + 1)
-    kth, next_value = top.values[k - 1], top.values[k]
+    values, indices = _topk_1d(flat_scores.masked_fill(~flat_eligible, -math.inf), k + 1)
+    kth, next_value = values[k - 1], values[k]
     if not (bool(torch.isfinite(next_value)) and kth > next_value):
         return None
     chosen = torch.zeros_like(flat_eligible)
-    chosen[top.indices[:k]] = True
+    chosen[indices[:k]] = True
     return chosen
 
 
+def _topk_1d(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(x, k)`` of a 1-D tensor with the same values: for a long ``x``, the top k of each of up to 16
+    equal chunks first (the chunks run on several threads), then the top k of those. Indices of tied values may
+    differ from a single topk's (callers use them only when the k-th and (k+1)-th values differ)."""
+    n = x.numel()
+    chunks = next((c for c in (16, 8, 4, 2) if n % c == 0 and n // c >= 4 * k), 1)
+    if chunks == 1:
+        return torch.topk(x, k)
+    values, indices = torch.topk(x.view(chunks, n // chunks), k, dim=1)  # (chunks, k)
+    indices = indices + torch.arange(chunks, device=x.device).unsqueeze(1) * (n // chunks)
+    top, where = torch.topk(values.reshape(-1), k)
+    return top, indices.reshape(-1)[where]
+
+
 def _global_count(mask: torch.Tensor, collectives: Collectives) -> int:
-    return int(collectives.all_sum(mask.bool().sum().reshape(1).float())[0].item())
+    return int(collectives.all_sum(mask.count_nonzero().reshape(1).float())[0].item())
 
 
 def clip_cov_mask(
