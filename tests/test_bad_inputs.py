@@ -95,6 +95,15 @@ CONFIG_ERRORS = [
     ("aepo_temperature_low", dict(AEPO, aepo_temperature_low=1.5, aepo_temperature_high=1.2)),
     ("aepo_coef", dict(AEPO, aepo_coef=0.0)),
     ("aepo_coef", dict(AEPO, aepo_coef=-1.0)),
+    ("aepo_regenerate_fraction", dict(AEPO, aepo_regenerate_fraction=0.0)),
+    ("aepo_regenerate_fraction", dict(AEPO, aepo_regenerate_fraction=1.5)),
+    ("aepo_regenerate_fraction", dict(AEPO, aepo_regenerate_fraction=25)),  # a percentage
+    ("aepo_mode", dict(AEPO, aepo_mode="reference")),
+    ("aepo_first_step", dict(AEPO, aepo_first_step=0.0)),  # the entropy, not the switch
+    ("aepo_cap_rule", dict(AEPO, aepo_cap_rule="halve")),
+    ("aepo_sample_order", dict(AEPO, aepo_sample_order="last")),
+    ("aepo_entropy_estimator", dict(AEPO, aepo_entropy_estimator="mean_logp")),
+    ("aepo_at_target", dict(AEPO, aepo_at_target="<=")),
     ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=-0.1)),
     ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=NAN)),
     ("kl_cov_ratio", dict(KL_COV, kl_cov_ratio=0.0)),
