@@ -13,6 +13,7 @@ from conftest import aggregate_single_process, last_logs, policy_logps, random_a
 from trl_grpo_ext import GRPOExtConfig, testkit
 from trl_grpo_ext.core.aepo import high_entropy_mask
 from trl_grpo_ext.core.diversity import distinct_n_batch
+from trl_grpo_ext.families.base import Rollout
 from trl_grpo_ext.families.sample_filter import KEEP_KEY
 from trl_grpo_ext.trl_compat import vllm_importance_sampling_ratio
 
@@ -215,11 +216,15 @@ def test_aepo_keeps_the_env_mask_of_a_rollout_func(make_trainer, mode):
         torch.testing.assert_close(mask, torch.tensor([pattern] * mask.size(0)))
 
 
+def _rollout(prompt_ids, completion_ids, *, logprobs=None):
+    return Rollout(prompt_ids, completion_ids, None, [None] * len(prompt_ids), logprobs)
+
+
 def test_aepo_masks_truncated_completions_like_trl(make_trainer, train_dataset):
     trainer = make_trainer(entropy_control="aepo", mask_truncated_completions=True, max_completion_length=3)
     aepo = trainer.extensions["entropy_control"]
     eos = trainer.eos_token_ids[0]
-    chunks = aepo._build_chunks([[5, 6], [5, 6]], [[7, 8, 9], [7, eos]], [0, 1])
+    chunks = aepo._build_chunks(_rollout([[5, 6], [5, 6]], [[7, 8, 9], [7, eos]]), [0, 1])
     rows = torch.cat([c["loss_mask"] for c in chunks if c] if len(chunks) > 1 else [chunks[0]["loss_mask"]])
     torch.testing.assert_close(rows, torch.tensor([[0, 0, 0], [1, 1, 0]]))
 
@@ -237,7 +242,7 @@ def test_aepo_term_only_on_high_entropy_tokens(make_trainer, train_dataset):
     prompt_ids = [row[m.bool()].tolist() for row, m in zip(out["prompt_ids"], out["prompt_mask"], strict=True)]
     pairs = zip(out["completion_ids"], out["completion_mask"], strict=True)
     completion_ids = [row[m.bool()].tolist() for row, m in pairs]
-    aepo._chunks = aepo._build_chunks(prompt_ids, completion_ids, list(range(len(prompt_ids))))
+    aepo._chunks = aepo._build_chunks(_rollout(prompt_ids, completion_ids), list(range(len(prompt_ids))))
     chunk = aepo._chunks[0]
     host = trainer.ext_host
     logps, entropies = host.policy_logps(chunk, compute_entropy=True)
@@ -404,9 +409,8 @@ def test_aepo_switches_vllm_temperature_per_call_without_a_second_sync(make_trai
     assert fake.syncs == 0  # same step: the weights vLLM holds are current
     assert logprobs == [[-0.5, -0.7]] * 4  # vLLM's sampling log-probs reach AEPO (for the IS correction)
     trainer.vllm_importance_sampling_correction = True
-    chunks = aepo._build_chunks(
-        [trainer.processing_class(p)["input_ids"] for p in prompts], completion_ids, [0, 1], logprobs=logprobs
-    )
+    prompt_ids = [trainer.processing_class(p)["input_ids"] for p in prompts]
+    chunks = aepo._build_chunks(_rollout(prompt_ids, completion_ids, logprobs=logprobs), [0, 1])
     old = chunks[0]["old_logps"]
     expected = vllm_importance_sampling_ratio(
         old,

@@ -288,19 +288,20 @@ class TrainerHost:
         kwargs["completion_ids"] = completion_ids
         return kwargs
 
+    def truncated(self, completion_ids: list[list[int]]) -> list[bool]:
+        ends = {*self._trainer.eos_token_ids, self._trainer._tokenizer.pad_token_id}
+        return [not ids or ids[-1] not in ends for ids in completion_ids]
+
     def rollout_tensors(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         trainer = self._trainer
         device = trainer.accelerator.device
         pad_id = trainer._tokenizer.pad_token_id
         multiple = trainer.pad_to_multiple_of
-        ends = {*trainer.eos_token_ids, pad_id}
         prompts = [torch.tensor(ids, dtype=torch.long) for ids in rollout.prompt_ids]
         lengths = [len(ids) for ids in rollout.completion_ids]
         p_width = _round_up(max(len(p) for p in prompts), multiple)
         t_width = _round_up(max(max(lengths), 1), multiple)
-        truncated = [
-            trainer.mask_truncated_completions and (not ids or ids[-1] not in ends) for ids in rollout.completion_ids
-        ]
+        truncated = [trainer.mask_truncated_completions and cut for cut in self.truncated(rollout.completion_ids)]
         out = {
             "prompt_ids": torch.stack([_pad_to(p, p_width, pad_id, left=True) for p in prompts]),
             "prompt_mask": torch.stack([_pad_to(torch.ones_like(p), p_width, 0, left=True) for p in prompts]),
@@ -687,11 +688,17 @@ class GRPOExtTrainer(GRPOTrainer):
             for key, value, left in (("prompt_ids", pad_id, True), ("prompt_mask", 0, True)):
                 out[key] = _widen(out[key], p_width, value, left=left)
                 out[key][:rows] = _widen(new[key], p_width, value, left=left)
-            token_keys = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps")
-            pads = {"completion_ids": pad_id, "tool_mask": 1}
-            for key in (*token_keys, "ref_per_token_logps", "sampling_per_token_logps"):
+            pads = {
+                "completion_ids": pad_id,
+                "completion_mask": 0,
+                "tool_mask": 1,
+                "old_per_token_logps": 0,
+                "ref_per_token_logps": 0,
+                "sampling_per_token_logps": 0,
+            }
+            for key, value in pads.items():  # every (B, T) entry of TRL's batch, to the wider width
                 if key in out:
-                    out[key] = _widen(out[key], t_width, pads.get(key, 0))
+                    out[key] = _widen(out[key], t_width, value)
             out["completion_ids"][:rows] = _widen(new["completion_ids"], t_width, pad_id)
             out["completion_mask"][:rows] = _widen(new["completion_mask"], t_width, 0)
             if "tool_mask" in out or "tool_mask" in new:

@@ -133,6 +133,9 @@ class Host(Protocol):
         """The keyword arguments TRL passes to reward functions for these rows (dataset columns, trainer_state,
         log_extra, log_metric, environments, completion_ids)."""
 
+    def truncated(self, completion_ids: list[list[int]]) -> list[bool]:
+        """Per row, whether the completion stopped without EOS or pad (TRL's ``mask_truncated_completions`` test)."""
+
     def rollout_tensors(self, rollout: Rollout) -> dict[str, torch.Tensor]:
         """A rollout as TRL pads its batch: ``prompt_ids`` / ``prompt_mask`` (b, p) left-padded, ``completion_ids`` /
         ``completion_mask`` (b, t) right-padded, ``completion_mask`` 0 on a truncated row under

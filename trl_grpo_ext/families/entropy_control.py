@@ -149,9 +149,8 @@ class AEPO(Extension):
         rewards = host.score(inputs, prompts, rollout.completions, rollout.completion_ids)  # (rows x processes,)
         candidates = aepo_candidates(rewards, batch.group_size, adv_threshold=args.aepo_adv_threshold)
         if host.mask_truncated_completions:  # a truncated sample trains nothing there: it would only displace a row
-            ends = {*host.eos_token_ids, host.pad_token_id}
-            complete = [bool(ids) and ids[-1] in ends for ids in rollout.completion_ids]
-            candidates &= host.gather(torch.tensor(complete, device=rewards.device)).bool()
+            truncated = torch.tensor(host.truncated(rollout.completion_ids), device=rewards.device)
+            candidates &= ~host.gather(truncated).bool()
         count = aepo_sample_count(
             int(candidates.sum()), below_target=below, max_samples=args.aepo_max_samples, cap_rule=args.aepo_cap_rule
         )
@@ -163,13 +162,7 @@ class AEPO(Extension):
         if args.aepo_mode == "splice":
             update = GenerationUpdate(splice=Splice(rollout.select(local), advantage=args.aepo_coef))
         else:
-            self._chunks = self._build_chunks(
-                rollout.prompt_ids,
-                rollout.completion_ids,
-                local,
-                tool_mask=rollout.tool_mask,
-                logprobs=rollout.logprobs,
-            )
+            self._chunks = self._build_chunks(rollout, local)
         elapsed = time.perf_counter() - start
         self.log_metric("train", "aepo/temperature", temperature)
         self.log_metric("train", "aepo/regenerated", float(rewards.numel()))
@@ -182,15 +175,12 @@ class AEPO(Extension):
         return update
 
     @torch.no_grad()
-    def _build_chunks(
-        self, prompt_ids, completion_ids, rows: list[int], *, tool_mask=None, logprobs=None
-    ) -> list[dict[str, torch.Tensor]]:
+    def _build_chunks(self, rollout: Rollout, rows: list[int]) -> list[dict[str, torch.Tensor]]:
         """Term mode: the kept samples in ``steps_per_generation`` micro-chunks of one fixed size, padded as TRL pads
         its batch (``Host.rollout_tensors``), with old log-probs and, under vLLM's correction, TRL's IS ratio."""
         host = self.host
         spg = self.args.steps_per_generation
         size = max(1, math.ceil(len(rows) / spg))
-        rollout = Rollout(prompt_ids, completion_ids, tool_mask, [None] * len(prompt_ids), logprobs)
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
