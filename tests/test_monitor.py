@@ -2,9 +2,11 @@
 
 import glob
 import json
+import math
 import statistics
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from wandb_records import history_keys_and_metrics
 from trl_grpo_ext import testkit
 from trl_grpo_ext.core import (
     DiversityKLController,
+    batch_diversity,
     distinct_n,
     distinct_n_batch,
     pass_at_k,
@@ -62,6 +65,97 @@ def test_batch_versions_match_reference(rows, n):
         mask[i, : len(r)] = 1
     assert distinct_n_batch(ids, mask, n) == pytest.approx(distinct_n(rows, n))
     torch.testing.assert_close(repetition_rates(ids, mask, n), torch.tensor([repetition_rate(r, n) for r in rows]))
+
+
+def _pinned_batch():
+    """32 completions in groups of 4, right-padded, three copies of row 0 (two in its group), a hole in row 5."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 12, (32, 40), generator=g)
+    lengths = torch.randint(0, 41, (32,), generator=g)
+    ids[[1, 2, 9]], lengths[[1, 2, 9]] = ids[0].clone(), lengths[0].clone()
+    mask = torch.arange(40)[None] < lengths[:, None]
+    mask[5, 3] = False  # windows across the hole are not n-grams
+    return ids, mask
+
+
+# The values of release 0.2.0's implementation (two sorts per metric and n-gram order) on _pinned_batch: the one-sort
+# rewrite must print the same numbers.
+PINNED = {
+    "distinct_1": 0.017216643318533897,
+    "distinct_1_in_group": 0.15517300367355347,
+    "distinct_2": 0.21052631735801697,
+    "distinct_2_in_group": 0.7239937782287598,
+    "distinct_3": 0.731437623500824,
+    "distinct_3_in_group": 0.9101247191429138,
+    "distinct_4": 0.8369384407997131,
+    "distinct_4_in_group": 0.9299065470695496,
+    "self_bleu": 0.22295625507831573,
+    "unique_frac": 0.9375,
+    "repetition": 0.011385912075638771,
+}
+
+
+def test_diversity_values_unchanged():
+    ids, mask = _pinned_batch()
+    fused = batch_diversity(ids, mask, 4)
+    fused["repetition"] = float(fused["repetition"].mean())
+    single = {"self_bleu": self_bleu_batch(ids, mask, 4), "unique_frac": unique_fraction(ids, mask, 4)}
+    single["repetition"] = float(repetition_rates(ids, mask, 3).mean())
+    for n in (1, 2, 3, 4):
+        single[f"distinct_{n}"] = distinct_n_batch(ids, mask, n)
+        single[f"distinct_{n}_in_group"] = distinct_n_batch(ids, mask, n, group_size=4)
+    expected = torch.tensor([PINNED[k] for k in sorted(PINNED)])
+    torch.testing.assert_close(torch.tensor([fused[k] for k in sorted(PINNED)]), expected)
+    torch.testing.assert_close(torch.tensor([single[k] for k in sorted(PINNED)]), expected)
+    assert fused == single | {"repetition": fused["repetition"]}  # one code path: the same floats, bit for bit
+
+
+def _python_self_bleu(rows: list[list[int]], group_size: int, max_n: int = 4) -> float:
+    """self_bleu_batch written out with Counters, one completion at a time (the definition, not the vectorisation)."""
+    scores = []
+    for start in range(0, len(rows), group_size):
+        group = rows[start : start + group_size]
+        for i, cand in enumerate(group):
+            if not cand:
+                continue
+            others = [r for j, r in enumerate(group) if j != i]
+            log_p = 0.0
+            for n in range(1, max_n + 1):
+                grams = Counter(tuple(cand[k : k + n]) for k in range(len(cand) - n + 1))
+                refs = [Counter(tuple(r[k : k + n]) for k in range(len(r) - n + 1)) for r in others]
+                clipped = sum(min(c, max((r[g] for r in refs), default=0)) for g, c in grams.items())
+                total = sum(grams.values())
+                p = (clipped / total if total else 0.0) if n == 1 else (clipped + 1) / (total + 1)
+                log_p += math.log(max(p, 1e-9))
+            ref_len = min((len(r) for r in others), key=lambda r: (abs(r - len(cand)), r), default=len(cand))
+            brevity = math.exp(1 - ref_len / len(cand)) if len(cand) < ref_len else 1.0
+            scores.append(brevity * math.exp(log_p / max_n))
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.data())
+def test_batch_diversity_matches_definitions(group_size, groups, data):
+    """Every value of batch_diversity against plain-Python definitions, on random right-padded groups with repeats."""
+    rows = [
+        data.draw(st.lists(st.integers(0, 3), min_size=0, max_size=9), label=f"row {i}")
+        for i in range(group_size * groups)
+    ]
+    width = max(len(r) for r in rows) or 1
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    out = batch_diversity(ids, mask, group_size)
+    grouped = [rows[s : s + group_size] for s in range(0, len(rows), group_size)]
+    for n in (1, 2, 3, 4):
+        assert out[f"distinct_{n}"] == pytest.approx(distinct_n(rows, n))
+        in_group = [distinct_n(g, n) for g in grouped if any(len(r) >= n for r in g)]
+        assert out[f"distinct_{n}_in_group"] == pytest.approx(sum(in_group) / len(in_group) if in_group else 0.0)
+    torch.testing.assert_close(out["repetition"], torch.tensor([repetition_rate(r, 3) for r in rows]))
+    assert out["self_bleu"] == pytest.approx(_python_self_bleu(rows, group_size), rel=1e-5)
+    assert out["unique_frac"] == pytest.approx(sum(len({tuple(r) for r in g}) / group_size for g in grouped) / groups)
 
 
 def test_pass_at_k():

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import TrainerCallback
 
-from .core.diversity import distinct_n_batch, repetition_rates, self_bleu_batch, unique_fraction
+from .core.diversity import batch_diversity, repetition_rates
 from .core.state import state_number
 
 logger = logging.getLogger(__name__)
@@ -254,22 +254,23 @@ class CollapseMonitor(TrainerCallback):
         self, ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, repetition: torch.Tensor | None = None
     ) -> dict[str, float]:
         """The diversity values of one batch; ``repetition``: its per-completion repetition rates if already known."""
-        out: dict[str, float] = {}
-        if "distinct" in self.metrics:
-            for n in self.ngram_sizes:
-                out[f"diversity/distinct_{n}"] = distinct_n_batch(ids, mask, n)
-                out[f"diversity/distinct_{n}_in_group"] = distinct_n_batch(ids, mask, n, group_size=group_size)
-        if "self_bleu" in self.metrics:
-            out["diversity/self_bleu"] = self_bleu_batch(ids, mask, group_size)
+        values = batch_diversity(
+            ids,
+            mask,
+            group_size,
+            ngram_sizes=self.ngram_sizes if "distinct" in self.metrics else (),
+            self_bleu_max_n=4 if "self_bleu" in self.metrics else None,
+            repetition_n=self.repetition_n if "repetition" in self.metrics and repetition is None else None,
+            unique="unique" in self.metrics,
+        )
+        out = {f"diversity/{key}": value for key, value in values.items() if key != "repetition"}
         if "repetition" in self.metrics:
-            per_completion = repetition if repetition is not None else repetition_rates(ids, mask, self.repetition_n)
+            per_completion = repetition if repetition is not None else values["repetition"]
             out["diversity/repetition"] = float(per_completion.mean())
             if repetition is None:
                 # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on
                 # (GRPOExtTrainer adds it for every batch, evaluation included, so rows stay aligned).
                 self.trainer._logs["extra"]["repetition"].extend(per_completion.tolist())
-        if "unique" in self.metrics:
-            out["diversity/unique_frac"] = unique_fraction(ids, mask, group_size)
         return out
 
     # ------------------------------------------------------------------ alarm

@@ -6,6 +6,7 @@ Every function takes explicit keyword arguments, a ``torch.Generator`` wherever 
 from .advantages import group_relative_advantages, nan_std
 from .collectives import LOCAL, Collectives
 from .diversity import (
+    batch_diversity,
     distinct_n,
     distinct_n_batch,
     pass_at_k,
@@ -36,6 +37,7 @@ __all__ = [
     "Collectives",
     "DiversityKLController",
     "Registry",
+    "batch_diversity",
     "clip_cov_mask",
     "distinct_n",
     "distinct_n_batch",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import comb
+from typing import NamedTuple
 
 
 def _ngrams(seq: Sequence, n: int) -> list[tuple]:
@@ -95,26 +96,103 @@ def ngram_codes(ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[torch.Te
     if t < n:
         empty = ids.new_zeros((b, 0), dtype=torch.int64)
         return empty, empty.bool()
-    windows = ids.long().unfold(1, n, 1)  # (B, T-n+1, n)
-    codes = torch.zeros(windows.shape[:2], dtype=torch.int64, device=ids.device)
-    for k in range(n):  # n <= 4 in practice: a loop over the n-gram order, not over tokens
-        codes = codes * _HASH_BASE + windows[..., k] + 1
+    ids = ids.long()
+    width = t - n + 1
+    codes = ids[:, :width] + 1  # (B, T-n+1): the hash of the windows' first tokens
+    for k in range(1, n):  # n <= 4 in practice: a loop over the n-gram order, not over tokens
+        codes.mul_(_HASH_BASE).add_(ids[:, k : k + width]).add_(1)
     valid = mask.bool().unfold(1, n, 1).all(-1)  # (B, T-n+1)
     return codes, valid
 
 
-def _sorted_pairs(keys: torch.Tensor, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sort (key, code) pairs by key then code (two stable sorts)."""
-    order = torch.sort(codes, stable=True).indices
-    keys, codes = keys[order], codes[order]
-    order = torch.sort(keys, stable=True).indices
-    return keys[order], codes[order]
-
-
-def _new_pair(keys: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-    first = torch.ones_like(keys, dtype=torch.bool)
-    first[1:] = (keys[1:] != keys[:-1]) | (codes[1:] != codes[:-1])
+def _run_starts(*columns: torch.Tensor) -> torch.Tensor:
+    """Where a run of equal entries starts: the first element, and every element whose tuple of ``columns`` differs
+    from the previous one. (M,) bool."""
+    first = torch.ones_like(columns[0], dtype=torch.bool)
+    if first.numel() > 1:
+        changed = columns[0][1:] != columns[0][:-1]
+        for column in columns[1:]:
+            changed |= column[1:] != column[:-1]
+        first[1:] = changed
     return first
+
+
+class _NgramCounts(NamedTuple):
+    """Exact n-gram counts of one padded batch, every count an integer (float32 for the divisions).
+
+    Shapes: N rows (completions), P = N / group_size groups.
+    """
+
+    row_total: torch.Tensor  # (N,) valid n-grams of each row
+    row_distinct: torch.Tensor  # (N,) distinct n-grams of each row
+    group_total: torch.Tensor  # (P,) valid n-grams of each group
+    group_distinct: torch.Tensor  # (P,) distinct n-grams of each group
+    batch_total: torch.Tensor  # () valid n-grams of the batch
+    batch_distinct: torch.Tensor  # () distinct n-grams of the batch
+    clipped: torch.Tensor | None  # (N,) BLEU's clipped matches of each row against the other rows of its group
+
+
+def _ngram_counts(ids: torch.Tensor, mask: torch.Tensor, n: int, group_size: int, *, clipped: bool) -> _NgramCounts:
+    """Every n-gram count the diversity metrics use, from one stable sort of the batch's valid n-gram codes.
+
+    The codes are sorted once, stably: equal codes keep their row-major order, so inside a run of one code the rows
+    (and so the groups) ascend. A distinct (code, row) pair is then a run start in (code, row), a distinct (code,
+    group) pair one in (code, group) and a distinct code one in code alone: no second sort by row or group.
+    """
+    n_rows = ids.size(0)
+    codes, valid = ngram_codes(ids, mask, n)  # (N, L) twice
+    row_total = valid.sum(1)  # (N,) integers until the end: float32 sums would round above 2^24
+    every = bool(valid.all())
+    flat = codes.reshape(-1) if every else codes[valid]  # (M,) row-major
+    if n == 1 and flat.numel() and int(flat.max()) < 2**31:  # token ids + 1: int32 sorts ~3x faster, same order
+        flat = flat.int()
+    flat, order = torch.sort(flat, stable=True)  # (M,)
+    if every:
+        rows = order // codes.size(1)  # (M,) the row of each sorted n-gram
+    else:  # (not repeat_interleave: its CPU kernel opens a thread team for any size, which a monitor thread must not)
+        rows = torch.arange(n_rows, device=ids.device).unsqueeze(1).expand_as(codes)[valid][order]
+    groups = rows // group_size
+    pair_start = _run_starts(flat, rows)  # first of each (code, row)
+    block_start = _run_starts(flat, groups)  # first of each (code, group)
+    row_distinct = torch.zeros_like(row_total).index_add_(0, rows, pair_start.long())
+    group_distinct = torch.zeros(n_rows // group_size, dtype=torch.long, device=ids.device)
+    group_distinct.index_add_(0, groups, block_start.long())
+    matches = None
+    if clipped:
+        starts = pair_start.nonzero().squeeze(1)  # (U,) where each distinct (code, row) pair's run starts
+        counts = torch.diff(starts, append=starts.new_full((1,), flat.numel())).float()  # (U,) its occurrences
+        matches = _clipped_matches(rows[starts], counts, block_start[starts], n_rows)
+    return _NgramCounts(
+        row_total=row_total.float(),
+        row_distinct=row_distinct.float(),
+        group_total=row_total.view(-1, group_size).sum(1).float(),
+        group_distinct=group_distinct.float(),
+        batch_total=row_total.sum().float(),
+        batch_distinct=_run_starts(flat).sum().float(),
+        clipped=matches,
+    )
+
+
+def _clipped_matches(
+    pair_rows: torch.Tensor, counts: torch.Tensor, block_new: torch.Tensor, n_rows: int
+) -> torch.Tensor:
+    """BLEU's clipped n-gram matches of each row against the other rows of its group as references (N,).
+
+    Per distinct (code, row) pair in sorted order (U,): ``pair_rows`` its row, ``counts`` its occurrences in the row,
+    ``block_new`` whether it starts a (code, group) block. A row's matches for a code are its count clipped at the
+    largest count of that code among the other rows of the group (Papineni et al. 2002, modified precision).
+    """
+    if pair_rows.numel() == 0:
+        return torch.zeros(n_rows, device=pair_rows.device)
+    block = torch.cumsum(block_new.long(), 0) - 1  # (U,) block of each pair
+    n_blocks = int(block[-1]) + 1
+    zeros = counts.new_zeros(n_blocks)
+    top1 = zeros.scatter_reduce(0, block, counts, "amax")[block]  # (U,) the block's largest count
+    at_top = counts == top1
+    n_top = zeros.scatter_add(0, block, at_top.float())[block]  # (U,) pairs of the block at that count
+    top2 = zeros.scatter_reduce(0, block, torch.where(at_top, 0.0, counts), "amax")[block]  # (U,) next count
+    max_other = torch.where(at_top & (n_top < 2), top2, top1)  # (U,) largest count among the other rows
+    return counts.new_zeros(n_rows).scatter_add(0, pair_rows, torch.minimum(counts, max_other))
 
 
 def distinct_n_batch(ids: torch.Tensor, mask: torch.Tensor, n: int, *, group_size: int | None = None) -> float:
@@ -126,32 +204,71 @@ def distinct_n_batch(ids: torch.Tensor, mask: torch.Tensor, n: int, *, group_siz
     _check_n("distinct_n_batch", "n", n)
     if group_size is not None:
         _check_groups("distinct_n_batch", ids.size(0), group_size)
-    codes, valid = ngram_codes(ids, mask, n)
-    rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(codes)
-    keys = rows[valid] // group_size if group_size else torch.zeros_like(rows[valid])
-    flat = codes[valid]
-    if flat.numel() == 0:
-        return 0.0
-    keys, flat = _sorted_pairs(keys, flat)
-    distinct = torch.bincount(keys[_new_pair(keys, flat)], minlength=int(keys.max()) + 1).float()
-    total = torch.bincount(keys, minlength=int(keys.max()) + 1).float()
-    present = total > 0
-    return float((distinct[present] / total[present]).mean())
+    counts = _ngram_counts(ids, mask, n, group_size or max(ids.size(0), 1), clipped=False)
+    return _distinct(counts, grouped=group_size is not None)
+
+
+def _distinct(counts: _NgramCounts, *, grouped: bool) -> float:
+    if grouped:
+        present = counts.group_total > 0
+        return float((counts.group_distinct[present] / counts.group_total[present]).mean()) if present.any() else 0.0
+    return float(counts.batch_distinct / counts.batch_total) if counts.batch_total > 0 else 0.0
 
 
 def repetition_rates(ids: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
     """Per row, the fraction of its n-grams that repeat an earlier one of the same row; (B,), 0 without n-grams."""
     _check_n("repetition_rates", "n", n)
-    codes, valid = ngram_codes(ids, mask, n)
-    rows = torch.arange(ids.size(0), device=ids.device).unsqueeze(1).expand_as(codes)[valid]
-    flat = codes[valid]
-    out = torch.zeros(ids.size(0), device=ids.device)
-    if flat.numel() == 0:
-        return out
-    rows, flat = _sorted_pairs(rows, flat)
-    distinct = torch.bincount(rows[_new_pair(rows, flat)], minlength=ids.size(0)).float()
-    total = torch.bincount(rows, minlength=ids.size(0)).float()
-    return torch.where(total > 0, 1.0 - distinct / total.clamp(min=1.0), out)
+    return _repetition(_ngram_counts(ids, mask, n, max(ids.size(0), 1), clipped=False))
+
+
+def _repetition(counts: _NgramCounts) -> torch.Tensor:
+    total = counts.row_total
+    return torch.where(total > 0, 1.0 - counts.row_distinct / total.clamp(min=1.0), torch.zeros_like(total))
+
+
+def batch_diversity(
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    group_size: int,
+    *,
+    ngram_sizes: Sequence[int] = (1, 2, 3, 4),
+    self_bleu_max_n: int | None = 4,
+    repetition_n: int | None = 3,
+    unique: bool = True,
+) -> dict[str, float | torch.Tensor]:
+    """All diversity values of one generation batch, each n-gram order counted once.
+
+    The same values as the single functions: ``distinct_{n}`` (:func:`distinct_n_batch`) and ``distinct_{n}_in_group``
+    (with ``group_size``) for n in ``ngram_sizes``; ``self_bleu`` (:func:`self_bleu_batch`, orders 1..max_n) unless
+    ``self_bleu_max_n`` is None; ``repetition`` (:func:`repetition_rates`, a (N,) tensor) unless ``repetition_n`` is
+    None; ``unique_frac`` (:func:`unique_fraction`) if ``unique``. One stable sort per n-gram order serves every
+    metric of that order.
+    """
+    for n in ngram_sizes:
+        _check_n("batch_diversity", "ngram_sizes", n)
+    if self_bleu_max_n is not None:
+        _check_n("batch_diversity", "self_bleu_max_n", self_bleu_max_n)
+    if repetition_n is not None:
+        _check_n("batch_diversity", "repetition_n", repetition_n)
+    _check_groups("batch_diversity", ids.size(0), group_size)
+    bleu_orders = range(1, self_bleu_max_n + 1) if self_bleu_max_n is not None and ids.size(0) else ()
+    orders = sorted({*ngram_sizes, *bleu_orders, *([repetition_n] if repetition_n is not None else [])})
+    out: dict[str, float | torch.Tensor] = {}
+    log_precision = torch.zeros(ids.size(0), device=ids.device)
+    for n in orders:
+        counts = _ngram_counts(ids, mask, n, group_size, clipped=n in bleu_orders)
+        if n in ngram_sizes:
+            out[f"distinct_{n}"] = _distinct(counts, grouped=False)
+            out[f"distinct_{n}_in_group"] = _distinct(counts, grouped=True)
+        if n == repetition_n:
+            out["repetition"] = _repetition(counts)
+        if n in bleu_orders:
+            log_precision = log_precision + _log_precision(counts, n)
+    if self_bleu_max_n is not None:
+        out["self_bleu"] = _self_bleu(mask, log_precision, group_size, self_bleu_max_n) if bleu_orders else 0.0
+    if unique:
+        out["unique_frac"] = unique_fraction(ids, mask, group_size)
+    return out
 
 
 def unique_fraction(ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> float:
@@ -164,9 +281,20 @@ def unique_fraction(ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> f
     powers = torch.cumprod(torch.full((ids.size(1),), _HASH_BASE, dtype=torch.int64, device=ids.device), 0)
     whole = ((ids.long() + 1) * mask.long() * powers).sum(1) * _HASH_BASE + lengths  # 64-bit hash of each row
     groups = torch.arange(ids.size(0), device=ids.device) // group_size
-    groups, whole = _sorted_pairs(groups, whole)
-    distinct = torch.bincount(groups[_new_pair(groups, whole)]).float()
+    whole, order = torch.sort(whole, stable=True)  # equal hashes keep their row order, so groups ascend in a run
+    groups = groups[order]
+    distinct = torch.bincount(groups[_run_starts(whole, groups)], minlength=ids.size(0) // group_size).float()
     return float((distinct / group_size).mean())
+
+
+def _log_precision(counts: _NgramCounts, n: int) -> torch.Tensor:
+    """log of BLEU's modified n-gram precision per row (N,): add-one smoothed for n > 1 (Lin & Och 2004)."""
+    total, clipped = counts.row_total, counts.clipped
+    if n == 1:
+        precision = torch.where(total > 0, clipped / total.clamp(min=1.0), torch.zeros_like(total))
+    else:
+        precision = (clipped + 1.0) / (total + 1.0)
+    return torch.log(precision.clamp(min=1e-9))
 
 
 def self_bleu_batch(ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, max_n: int = 4) -> float:
@@ -181,46 +309,19 @@ def self_bleu_batch(ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, m
     n_rows = ids.size(0)
     if n_rows == 0:
         return 0.0
-    lengths = mask.long().sum(1)  # (N,)
     log_precision = torch.zeros(n_rows, device=ids.device)
-    member = torch.arange(n_rows, device=ids.device)
     for n in range(1, max_n + 1):
-        codes, valid = ngram_codes(ids, mask, n)
-        rows = member.unsqueeze(1).expand_as(codes)[valid]
-        flat = codes[valid]
-        total = torch.bincount(rows, minlength=n_rows).float()
-        clipped = torch.zeros(n_rows, device=ids.device)
-        if flat.numel():
-            groups = rows // group_size
-            # Unique (group, code, row) triples with their counts; rows arrive ascending, stable sorts keep that.
-            rows_s, flat_s, groups_s = rows, flat, groups
-            order = torch.sort(flat_s, stable=True).indices
-            rows_s, flat_s, groups_s = rows_s[order], flat_s[order], groups_s[order]
-            order = torch.sort(groups_s, stable=True).indices
-            rows_s, flat_s, groups_s = rows_s[order], flat_s[order], groups_s[order]
-            new_triple = _new_pair(groups_s * n_rows + rows_s, flat_s)
-            triple_id = torch.cumsum(new_triple.long(), 0) - 1
-            counts = torch.bincount(triple_id).float()  # (U,)
-            t_rows, t_codes, t_groups = rows_s[new_triple], flat_s[new_triple], groups_s[new_triple]
-            block_new = _new_pair(t_groups, t_codes)  # same (group, code) -> one block
-            block = torch.cumsum(block_new.long(), 0) - 1
-            n_blocks = int(block.max()) + 1
-            top1 = torch.zeros(n_blocks, device=ids.device).scatter_reduce(0, block, counts, "amax")
-            at_top = (counts == top1[block]).float()
-            n_top = torch.zeros(n_blocks, device=ids.device).scatter_add(0, block, at_top)
-            below = torch.where(counts < top1[block], counts, torch.zeros_like(counts))
-            top2 = torch.zeros(n_blocks, device=ids.device).scatter_reduce(0, block, below, "amax")
-            mine_is_top = (counts == top1[block]) & (n_top[block] < 2)
-            max_other = torch.where(mine_is_top, top2[block], top1[block])
-            clipped = torch.zeros(n_rows, device=ids.device).scatter_add(0, t_rows, torch.minimum(counts, max_other))
-        if n == 1:
-            precision = torch.where(total > 0, clipped / total.clamp(min=1.0), torch.zeros_like(total))
-        else:
-            precision = (clipped + 1.0) / (total + 1.0)
-        log_precision = log_precision + torch.log(precision.clamp(min=1e-9))
+        log_precision = log_precision + _log_precision(_ngram_counts(ids, mask, n, group_size, clipped=True), n)
+    return _self_bleu(mask, log_precision, group_size, max_n)
+
+
+def _self_bleu(mask: torch.Tensor, log_precision: torch.Tensor, group_size: int, max_n: int) -> float:
+    """Mean BLEU of the rows with tokens, from their summed log precisions (N,) and the brevity penalty against the
+    closest reference length of the group (ties: the shorter)."""
+    lengths = mask.long().sum(1)  # (N,)
     grouped = lengths.view(-1, group_size).float()  # (P, G)
     gap = (grouped.unsqueeze(2) - grouped.unsqueeze(1)).abs()  # (P, G, G)
-    gap = gap + torch.eye(group_size, device=ids.device) * 1e9 + grouped.unsqueeze(1) * 1e-6  # ties: shorter ref
+    gap = gap + torch.eye(group_size, device=mask.device) * 1e9 + grouped.unsqueeze(1) * 1e-6  # ties: shorter ref
     ref_len = torch.gather(grouped, 1, gap.argmin(dim=2)).view(-1)  # (N,)
     cand = lengths.float()
     brevity = torch.where(cand < ref_len, torch.exp(1.0 - ref_len / cand.clamp(min=1.0)), torch.ones_like(cand))
