@@ -95,7 +95,9 @@ PINNED = {
 }
 
 
-def test_diversity_values_unchanged():
+@pytest.mark.parametrize("fused_tokens", [0, 2**40], ids=["one-order-per-pass", "all-orders-in-one-pass"])
+def test_diversity_values_unchanged(monkeypatch, fused_tokens):
+    monkeypatch.setattr("trl_grpo_ext.core.diversity._FUSED_TOKENS", fused_tokens)
     ids, mask = _pinned_batch()
     fused = batch_diversity(ids, mask, 4)
     fused["repetition"] = float(fused["repetition"].mean())

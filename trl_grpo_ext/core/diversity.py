@@ -86,6 +86,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 import torch  # noqa: E402
 
 _HASH_BASE = 1_000_003
+_FUSED_TOKENS = 2**13  # batch_diversity counts all n-gram orders in one pass up to this many tokens per order
 
 
 def ngram_codes(ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,57 +119,76 @@ def _run_starts(*columns: torch.Tensor) -> torch.Tensor:
 
 
 class _NgramCounts(NamedTuple):
-    """Exact n-gram counts of one padded batch, every count an integer (float32 for the divisions).
+    """Exact n-gram counts of one padded batch for K n-gram orders, every count an integer (float32 for divisions).
 
-    Shapes: N rows (completions), P = N / group_size groups.
+    Shapes: K orders, N rows (completions), P = N / group_size groups.
     """
 
-    row_total: torch.Tensor  # (N,) valid n-grams of each row
-    row_distinct: torch.Tensor  # (N,) distinct n-grams of each row
-    group_total: torch.Tensor  # (P,) valid n-grams of each group
-    group_distinct: torch.Tensor  # (P,) distinct n-grams of each group
-    batch_total: torch.Tensor  # () valid n-grams of the batch
-    batch_distinct: torch.Tensor  # () distinct n-grams of the batch
-    clipped: torch.Tensor | None  # (N,) BLEU's clipped matches of each row against the other rows of its group
+    row_total: torch.Tensor  # (K, N) valid n-grams of each row
+    row_distinct: torch.Tensor  # (K, N) distinct n-grams of each row
+    group_total: torch.Tensor  # (K, P) valid n-grams of each group
+    group_distinct: torch.Tensor  # (K, P) distinct n-grams of each group
+    batch_total: torch.Tensor  # (K,) valid n-grams of the batch
+    batch_distinct: torch.Tensor  # (K,) distinct n-grams of the batch
+    clipped: torch.Tensor | None  # (K, N) BLEU's clipped matches of each row against the other rows of its group
 
 
-def _ngram_counts(ids: torch.Tensor, mask: torch.Tensor, n: int, group_size: int, *, clipped: bool) -> _NgramCounts:
-    """Every n-gram count the diversity metrics use, from one stable sort of the batch's valid n-gram codes.
+def _ngram_counts(
+    ids: torch.Tensor, mask: torch.Tensor, orders: Sequence[int], group_size: int, *, clipped: bool
+) -> _NgramCounts:
+    """Every n-gram count the diversity metrics use, for all ``orders`` at once, from one stable sort per order.
 
-    The codes are sorted once, stably: equal codes keep their row-major order, so inside a run of one code the rows
-    (and so the groups) ascend. A distinct (code, row) pair is then a run start in (code, row), a distinct (code,
-    group) pair one in (code, group) and a distinct code one in code alone: no second sort by row or group.
+    Each order's valid n-gram codes (row-major) are sorted stably, so inside a run of one code the rows ascend, and the
+    sorted orders are laid end to end with an (order, row) key. A distinct (order, code, row) triple is then a run
+    start in (code, order-row key), a distinct (order, code, group) one a run start in (code, order-group key), a
+    distinct (order, code) one in (code, order): no second sort by row or group, and the counting runs once for all
+    orders (few operations: the monitor runs this on a thread beside the training step).
     """
-    n_rows = ids.size(0)
-    codes, valid = ngram_codes(ids, mask, n)  # (N, L) twice
-    row_total = valid.sum(1)  # (N,) integers until the end: float32 sums would round above 2^24
-    every = bool(valid.all())
-    flat = codes.reshape(-1) if every else codes[valid]  # (M,) row-major
-    if n == 1 and flat.numel() and int(flat.max()) < 2**31:  # token ids + 1: int32 sorts ~3x faster, same order
-        flat = flat.int()
-    flat, order = torch.sort(flat, stable=True)  # (M,)
-    if every:
-        rows = order // codes.size(1)  # (M,) the row of each sorted n-gram
-    else:  # (not repeat_interleave: its CPU kernel opens a thread team for any size, which a monitor thread must not)
-        rows = torch.arange(n_rows, device=ids.device).unsqueeze(1).expand_as(codes)[valid][order]
-    groups = rows // group_size
-    pair_start = _run_starts(flat, rows)  # first of each (code, row)
-    block_start = _run_starts(flat, groups)  # first of each (code, group)
-    row_distinct = torch.zeros_like(row_total).index_add_(0, rows, pair_start.long())
-    group_distinct = torch.zeros(n_rows // group_size, dtype=torch.long, device=ids.device)
-    group_distinct.index_add_(0, groups, block_start.long())
+    n_rows, n_groups, k_orders = ids.size(0), ids.size(0) // group_size, len(orders)
+    device = ids.device
+    key_dtype = torch.int32 if k_orders * n_rows < 2**31 else torch.int64  # half the memory traffic of int64 keys
+    flats, keys, row_totals = [], [], []
+    for k, n in enumerate(orders):  # K <= 4 in practice: a loop over n-gram orders, not over tokens
+        codes, valid = ngram_codes(ids, mask, n)  # (N, L) twice
+        row_totals.append(valid.sum(1))  # (N,) integers until the end: float32 sums would round above 2^24
+        key = torch.arange(k * n_rows, (k + 1) * n_rows, dtype=key_dtype, device=device).unsqueeze(1).expand_as(codes)
+        every = bool(valid.all())  # no padding: no boolean indexing
+        flat, key = (codes.reshape(-1), key.reshape(-1)) if every else (codes[valid], key[valid])  # (M_k,) row-major
+        if n == 1 and flat.numel() and int(flat.max()) < 2**31:  # token ids + 1: int32 sorts ~3x faster, same order
+            sorted_flat, order = torch.sort(flat.int(), stable=True)
+            flats.append(sorted_flat.long())
+        else:
+            sorted_flat, order = torch.sort(flat, stable=True)
+            flats.append(sorted_flat)
+        keys.append(key[order])
+    row_total = torch.stack(row_totals)  # (K, N)
+    flat = torch.cat(flats)  # (M,) sorted within each order's segment
+    row_key = torch.cat(keys)  # (M,) k * N + row, ascending inside a run of one code
+    group_key = row_key // group_size  # k * P + group (N = P * group_size)
+    order_key = row_key // max(n_rows, 1)  # k
+    new_code = _run_starts(flat)
+    pair_start = new_code | _run_starts(row_key)  # first of each (order, code, row)
+    block_start = new_code | _run_starts(group_key)  # first of each (order, code, group)
+    batch_start = new_code | _run_starts(order_key)  # first of each (order, code)
+    count = torch.zeros(k_orders * (n_rows + n_groups + 1), dtype=torch.long, device=device)
+    count.index_add_(0, row_key, pair_start.long())
+    count.index_add_(0, group_key + k_orders * n_rows, block_start.long())
+    count.index_add_(0, order_key + k_orders * (n_rows + n_groups), batch_start.long())
+    row_distinct, group_distinct, batch_distinct = count.float().split(
+        [k_orders * n_rows, k_orders * n_groups, k_orders]
+    )
     matches = None
     if clipped:
-        starts = pair_start.nonzero().squeeze(1)  # (U,) where each distinct (code, row) pair's run starts
+        starts = pair_start.nonzero().squeeze(1)  # (U,) where each distinct (order, code, row) triple's run starts
         counts = torch.diff(starts, append=starts.new_full((1,), flat.numel())).float()  # (U,) its occurrences
-        matches = _clipped_matches(rows[starts], counts, block_start[starts], n_rows)
+        matches = _clipped_matches(row_key[starts], counts, block_start[starts], k_orders * n_rows).view(k_orders, -1)
     return _NgramCounts(
         row_total=row_total.float(),
-        row_distinct=row_distinct.float(),
-        group_total=row_total.view(-1, group_size).sum(1).float(),
-        group_distinct=group_distinct.float(),
-        batch_total=row_total.sum().float(),
-        batch_distinct=_run_starts(flat).sum().float(),
+        row_distinct=row_distinct.view(k_orders, n_rows),
+        group_total=row_total.view(k_orders, n_groups, group_size).sum(2).float(),
+        group_distinct=group_distinct.view(k_orders, n_groups),
+        batch_total=row_total.sum(1).float(),
+        batch_distinct=batch_distinct,
         clipped=matches,
     )
 
@@ -204,26 +224,29 @@ def distinct_n_batch(ids: torch.Tensor, mask: torch.Tensor, n: int, *, group_siz
     _check_n("distinct_n_batch", "n", n)
     if group_size is not None:
         _check_groups("distinct_n_batch", ids.size(0), group_size)
-    counts = _ngram_counts(ids, mask, n, group_size or max(ids.size(0), 1), clipped=False)
-    return _distinct(counts, grouped=group_size is not None)
+    counts = _ngram_counts(ids, mask, [n], group_size or max(ids.size(0), 1), clipped=False)
+    return _distinct(counts, 0, grouped=group_size is not None)
 
 
-def _distinct(counts: _NgramCounts, *, grouped: bool) -> float:
+def _distinct(counts: _NgramCounts, k: int, *, grouped: bool) -> float:
+    """Distinct-N of order ``k`` of ``counts``: over the batch, or the mean over groups with n-grams."""
     if grouped:
-        present = counts.group_total > 0
-        return float((counts.group_distinct[present] / counts.group_total[present]).mean()) if present.any() else 0.0
-    return float(counts.batch_distinct / counts.batch_total) if counts.batch_total > 0 else 0.0
+        total, distinct = counts.group_total[k], counts.group_distinct[k]  # (P,) twice
+        present = total > 0
+        return float((distinct[present] / total[present]).mean()) if present.any() else 0.0
+    total = counts.batch_total[k]
+    return float(counts.batch_distinct[k] / total) if total > 0 else 0.0
 
 
 def repetition_rates(ids: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
     """Per row, the fraction of its n-grams that repeat an earlier one of the same row; (B,), 0 without n-grams."""
     _check_n("repetition_rates", "n", n)
-    return _repetition(_ngram_counts(ids, mask, n, max(ids.size(0), 1), clipped=False))
+    return _repetition(_ngram_counts(ids, mask, [n], max(ids.size(0), 1), clipped=False), 0)
 
 
-def _repetition(counts: _NgramCounts) -> torch.Tensor:
-    total = counts.row_total
-    return torch.where(total > 0, 1.0 - counts.row_distinct / total.clamp(min=1.0), torch.zeros_like(total))
+def _repetition(counts: _NgramCounts, k: int) -> torch.Tensor:
+    total = counts.row_total[k]  # (N,)
+    return torch.where(total > 0, 1.0 - counts.row_distinct[k] / total.clamp(min=1.0), torch.zeros_like(total))
 
 
 def batch_diversity(
@@ -241,8 +264,8 @@ def batch_diversity(
     The same values as the single functions: ``distinct_{n}`` (:func:`distinct_n_batch`) and ``distinct_{n}_in_group``
     (with ``group_size``) for n in ``ngram_sizes``; ``self_bleu`` (:func:`self_bleu_batch`, orders 1..max_n) unless
     ``self_bleu_max_n`` is None; ``repetition`` (:func:`repetition_rates`, a (N,) tensor) unless ``repetition_n`` is
-    None; ``unique_frac`` (:func:`unique_fraction`) if ``unique``. One stable sort per n-gram order serves every
-    metric of that order.
+    None; ``unique_frac`` (:func:`unique_fraction`) if ``unique``. One stable sort of all orders' n-grams serves
+    every metric.
     """
     for n in ngram_sizes:
         _check_n("batch_diversity", "ngram_sizes", n)
@@ -254,16 +277,23 @@ def batch_diversity(
     bleu_orders = range(1, self_bleu_max_n + 1) if self_bleu_max_n is not None and ids.size(0) else ()
     orders = sorted({*ngram_sizes, *bleu_orders, *([repetition_n] if repetition_n is not None else [])})
     out: dict[str, float | torch.Tensor] = {}
+    # Small batches count all orders in one pass (fewer operations); large ones one order at a time (arrays that fit
+    # in cache): the same counts either way.
+    per_pass = max(1, _FUSED_TOKENS // max(ids.numel(), 1))
+    passes = [orders[i : i + per_pass] for i in range(0, len(orders), per_pass)]
+    order_counts = []
+    for chunk in passes:
+        counts = _ngram_counts(ids, mask, chunk, group_size, clipped=any(n in bleu_orders for n in chunk))
+        order_counts += [(counts, k) for k in range(len(chunk))]
     log_precision = torch.zeros(ids.size(0), device=ids.device)
-    for n in orders:
-        counts = _ngram_counts(ids, mask, n, group_size, clipped=n in bleu_orders)
+    for n, (counts, k) in zip(orders, order_counts, strict=True):
         if n in ngram_sizes:
-            out[f"distinct_{n}"] = _distinct(counts, grouped=False)
-            out[f"distinct_{n}_in_group"] = _distinct(counts, grouped=True)
+            out[f"distinct_{n}"] = _distinct(counts, k, grouped=False)
+            out[f"distinct_{n}_in_group"] = _distinct(counts, k, grouped=True)
         if n == repetition_n:
-            out["repetition"] = _repetition(counts)
+            out["repetition"] = _repetition(counts, k)
         if n in bleu_orders:
-            log_precision = log_precision + _log_precision(counts, n)
+            log_precision = log_precision + _log_precision(counts, k, n)
     if self_bleu_max_n is not None:
         out["self_bleu"] = _self_bleu(mask, log_precision, group_size, self_bleu_max_n) if bleu_orders else 0.0
     if unique:
@@ -287,9 +317,10 @@ def unique_fraction(ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> f
     return float((distinct / group_size).mean())
 
 
-def _log_precision(counts: _NgramCounts, n: int) -> torch.Tensor:
-    """log of BLEU's modified n-gram precision per row (N,): add-one smoothed for n > 1 (Lin & Och 2004)."""
-    total, clipped = counts.row_total, counts.clipped
+def _log_precision(counts: _NgramCounts, k: int, n: int) -> torch.Tensor:
+    """log of BLEU's modified precision of order ``k`` (n-grams of ``n``) per row (N,): add-one smoothed for n > 1
+    (Lin & Och 2004)."""
+    total, clipped = counts.row_total[k], counts.clipped[k]
     if n == 1:
         precision = torch.where(total > 0, clipped / total.clamp(min=1.0), torch.zeros_like(total))
     else:
@@ -309,9 +340,10 @@ def self_bleu_batch(ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, m
     n_rows = ids.size(0)
     if n_rows == 0:
         return 0.0
+    counts = _ngram_counts(ids, mask, range(1, max_n + 1), group_size, clipped=True)
     log_precision = torch.zeros(n_rows, device=ids.device)
-    for n in range(1, max_n + 1):
-        log_precision = log_precision + _log_precision(_ngram_counts(ids, mask, n, group_size, clipped=True), n)
+    for k in range(max_n):
+        log_precision = log_precision + _log_precision(counts, k, k + 1)
     return _self_bleu(mask, log_precision, group_size, max_n)
 
 
