@@ -44,6 +44,11 @@ CONFIGS = {
         {"diversity_metrics": ["distinct", "self_bleu", "repetition", "unique", "entropy"]},
         False,
     ),
+    "monitor (every 4th)": (
+        "trl",
+        {"diversity_metrics": ["distinct", "self_bleu", "repetition", "unique", "entropy"], "diversity_every": 4},
+        False,
+    ),
     "AEPO": ("trl", {"entropy_control": "aepo"}, False),
     "AEPO (0.1.0 term)": ("trl", {"entropy_control": "aepo", **AEPO_0_1_0}, False),
     "all on": (

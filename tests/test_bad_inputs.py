@@ -57,6 +57,7 @@ CONFIG_ERRORS = [
     ("kl_cov_ratio", dict(KL_COV, kl_cov_ratio=2.0)),
     ("kl_diversity_n", dict(kl_control="diversity", beta=0.04, kl_diversity_n=0)),
     ("diversity_repetition_n", dict(diversity_metrics=["repetition"], diversity_repetition_n=0)),
+    ("diversity_every", dict(diversity_metrics=["distinct"], diversity_every=0)),
     ("diversity_ngram_sizes", dict(diversity_metrics=["distinct"], diversity_ngram_sizes=[0])),
     ("eval_pass_at_k", dict(eval_pass_at_k=[0])),
     ("prm_batch_size", dict(advantage_estimator="prm", prm_batch_size=0)),
@@ -132,6 +133,7 @@ CONFIG_ERRORS = [
     ("prm_step_separator_token_id", dict(advantage_estimator="prm", prm_step_separator_token_id=True)),
     ("prm_batch_size", dict(advantage_estimator="prm", prm_batch_size=True)),
     ("diversity_repetition_n", dict(diversity_metrics=["repetition"], diversity_repetition_n=2.5)),
+    ("diversity_every", dict(diversity_metrics=["distinct"], diversity_every=2.5)),
     ("kl_diversity_n", dict(kl_control="diversity", beta=0.04, kl_diversity_n=True)),
     ("reward_weights", dict(reward_weights=["1.0"])),
     ("eval_pass_at_k", dict(eval_pass_at_k=["1"])),
@@ -357,10 +359,14 @@ def _diversity_calls():
         ("self_bleu: max_n must be an integer >= 1", lambda: d.self_bleu([[1, 2, 3], [1, 2, 4]], max_n=0)),
         ("self_bleu_batch: max_n must be an integer >= 1", lambda: d.self_bleu_batch(*two, 2, max_n=0)),
         ("self_bleu_batch: 3 rows do not split", lambda: d.self_bleu_batch(*three, 2)),
+        ("batch_diversity: ngram_sizes must be an integer >= 1", lambda: d.batch_diversity(*two, 2, ngram_sizes=[0])),
+        ("batch_diversity: self_bleu_max_n must be", lambda: d.batch_diversity(*two, 2, self_bleu_max_n=0)),
+        ("batch_diversity: repetition_n must be", lambda: d.batch_diversity(*two, 2, repetition_n=1.5)),
+        ("batch_diversity: 3 rows do not split", lambda: d.batch_diversity(*three, 2)),
     ]
 
 
-@pytest.mark.parametrize("index", range(11))
+@pytest.mark.parametrize("index", range(15))
 def test_diversity_metric_bad_arguments_are_named(index):
     message, call = _diversity_calls()[index]
     with pytest.raises(ValueError, match=message):

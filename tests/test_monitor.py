@@ -226,6 +226,40 @@ def test_healthy_run_does_not_alarm(make_trainer):
     assert trainer.state.global_step == 12
 
 
+def test_diversity_every_measures_steps_1_1_plus_k_at_their_own_step(make_trainer):
+    """diversity_every=2: the n-gram metrics at steps 1, 3, 5 only, each equal to what an every-step run logs at that
+    step (the monitor does not change training); the entropy percentiles with them, its mean at every step."""
+    metrics = ["distinct", "self_bleu", "repetition", "unique", "entropy"]
+    runs = {}
+    for every in (1, 2):
+        trainer = make_trainer(max_steps=5, diversity_metrics=metrics, diversity_every=every)
+        trainer.train()
+        runs[every] = last_logs(trainer)
+    every_step, sparse = runs[1], runs[2]
+    assert [h["step"] for h in sparse if "diversity/distinct_2" in h] == [1, 3, 5]
+    assert all("entropy/mean" in h and "diversity/self_bleu" in h for h in every_step)
+    assert all("entropy/mean" in h for h in sparse)
+    assert [h["step"] for h in sparse if "entropy/p50" in h] == [1, 3, 5]
+    for full, part in zip(every_step, sparse, strict=True):
+        for key, value in part.items():
+            if key.startswith(("diversity/", "entropy/mean", "entropy/low_frac")):
+                assert value == full[key], (part["step"], key)
+
+
+@pytest.mark.parametrize("log_completions", [True, False])
+def test_repetition_column_follows_the_completions_table(make_trainer, log_completions):
+    """With log_completions the table gets a repetition value per row of every batch; without, no column is built
+    (nothing on the step's critical path) and diversity/repetition is still logged."""
+    trainer = make_trainer(max_steps=2, diversity_metrics=["repetition"], log_completions=log_completions)
+    trainer.train()
+    column = trainer._logs["extra"].get("repetition")
+    if log_completions:
+        assert len(column) == len(trainer._logs["completion"]) and all(0.0 <= v <= 1.0 for v in column)
+    else:
+        assert not column
+    assert all("diversity/repetition" in h for h in last_logs(trainer))
+
+
 def test_monitor_works_with_plain_trl_trainer(make_trainer):
     from trl import GRPOConfig, GRPOTrainer
 

@@ -67,6 +67,18 @@ class ExtClock:
                 self.seconds += time.perf_counter() - start
 
 
+_QUANTILES = (0.1, 0.5, 0.9)
+
+
+def _quantiles(values: torch.Tensor) -> torch.Tensor:
+    """``torch.quantile(values, _QUANTILES)`` (linear interpolation), the same floats from one sort and a lerp: about
+    a tenth of its time between training steps, where torch.quantile's extra passes wake the thread pool."""
+    ranks = torch.tensor(_QUANTILES) * (values.numel() - 1)  # (3,) float32, as torch.quantile computes them
+    below = ranks.long()
+    ordered = torch.sort(values).values
+    return torch.lerp(ordered[below], ordered[ranks.ceil().long()], ranks - below)
+
+
 def _clock(trainer):
     clock = getattr(trainer, "ext_clock", None)
     return clock.measure() if clock is not None else contextlib.nullcontext()
@@ -93,6 +105,8 @@ class CollapseMonitor(TrainerCallback):
         alarm_distinct2_drop: alarm when batch Distinct-2 falls below (1 - drop) x its first measured value.
         alarm_repetition_max: alarm when the mean repetition rate exceeds it.
         alarm_action: "warn" (log), "save" (also save a checkpoint) or "stop" (also stop training).
+        every: measure the n-gram metrics and the entropy percentiles at steps 1, 1 + every, 1 + 2 * every, ...
+            only (``diversity_every``); the entropy mean and low fraction, and evaluation batches, every time.
     """
 
     def __init__(
@@ -108,6 +122,7 @@ class CollapseMonitor(TrainerCallback):
         alarm_distinct2_drop: float | None = None,
         alarm_repetition_max: float | None = None,
         alarm_action: str = "warn",
+        every: int = 1,
     ):
         unknown = set(metrics) - set(METRICS)
         if unknown:
@@ -124,6 +139,7 @@ class CollapseMonitor(TrainerCallback):
         self.alarm_distinct2_drop = alarm_distinct2_drop
         self.alarm_repetition_max = alarm_repetition_max
         self.alarm_action = alarm_action
+        self.every = every
         self.baseline_distinct2: float | None = None
         self.last: dict[str, float] = {}
         self.alarms: list[tuple[int, list[str]]] = []
@@ -143,12 +159,15 @@ class CollapseMonitor(TrainerCallback):
         ``group_size``. Training batches are measured at the next ``on_step_end`` (and feed the alarm); evaluation
         batches are measured now into the trainer's eval metrics (logged as ``eval_diversity/*``)."""
         rates = None
-        if "repetition" in self.metrics:
-            # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on.
+        if "repetition" in self.metrics and self.trainer.args.log_completions:
+            # A column of the completions table TRL logs (wandb / trackio / parquet): one value per row of every
+            # batch, so that the rows stay aligned.
             rates = repetition_rates(ids, mask, self.repetition_n)
             self.trainer.log_column("repetition", rates.tolist())
         if not set(self.metrics) - {"entropy"}:
             return
+        if mode == "train" and not self._step_is_measured(self.trainer.global_step):
+            return  # diversity_every: this step's batch is not measured
         if mode == "train":
             # Computed on a background thread while the step's forward and backward run (torch releases the GIL);
             # the next on_step_end collects it, so the values and the step they are logged at do not change.
@@ -182,9 +201,17 @@ class CollapseMonitor(TrainerCallback):
 
         trainer._get_per_token_logps_and_entropies = hooked
 
+    def _step_is_measured(self, completed_steps: int) -> bool:
+        """diversity_every: the step after ``completed_steps`` optimizer steps (1-based s = completed + 1) has its
+        diversity and entropy percentiles measured when s is 1, 1 + every, ... (the same answer on every process)."""
+        return completed_steps % self.every == 0
+
     def _record_entropy(self, values: torch.Tensor) -> None:
         low = (values < self.low_entropy_threshold).sum()
         self._entropy_sums += torch.stack([values.sum(), torch.tensor(float(values.numel())), low.float()])
+        state = self.trainer if self.fed_by_trainer else self.trainer.state
+        if not self._step_is_measured(state.global_step):
+            return  # the percentiles of this step are not logged: keep no sample
         if values.numel() > self.entropy_sample:
             values = values[torch.randperm(values.numel(), generator=self._generator)[: self.entropy_sample]]
         self._entropy_chunks.append(values)
@@ -195,26 +222,32 @@ class CollapseMonitor(TrainerCallback):
         else:
             self.trainer._metrics[mode][key].append(value)
 
-    def _entropy_metrics(self) -> dict[str, float]:
-        local = torch.cat(self._entropy_chunks) if self._entropy_chunks else torch.zeros(0)
-        local = local[torch.randperm(local.numel(), generator=self._generator)[: self.entropy_sample]]
+    def _entropy_metrics(self, percentiles: bool) -> dict[str, float]:
+        """Mean and low fraction of the step's token entropies; with ``percentiles`` (a measured step, the same on
+        every process) also p10 / p50 / p90 of a sample of them."""
         sums = self._entropy_sums.clone()
-        self._entropy_chunks, self._entropy_sums = [], torch.zeros(3)
+        chunks, self._entropy_chunks, self._entropy_sums = self._entropy_chunks, [], torch.zeros(3)
+        local = None
+        if percentiles:
+            local = torch.cat(chunks) if chunks else torch.zeros(0)
+            local = local[torch.randperm(local.numel(), generator=self._generator)[: self.entropy_sample]]
         if self.fed_by_trainer:
             host = self.trainer
             sums = host.collectives.all_sum(sums.to(host.device)).cpu()
-            local = host.collectives.all_cat(local.to(host.device)).cpu()
+            if local is not None:
+                local = host.collectives.all_cat(local.to(host.device)).cpu()
         elif (acc := self.trainer.accelerator).num_processes > 1:
             sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
-            padded = acc.pad_across_processes(local.to(acc.device), dim=0, pad_index=-1.0)
-            local = acc.gather(padded).cpu()
-            local = local[local >= 0]
+            if local is not None:
+                padded = acc.pad_across_processes(local.to(acc.device), dim=0, pad_index=-1.0)
+                local = acc.gather(padded).cpu()
+                local = local[local >= 0]
         if sums[1] == 0:
             return {}
-        out = {"entropy/mean": float(sums[0] / sums[1]), "entropy/low_frac": float(sums[2] / sums[1])}
-        if local.numel():
-            q = torch.quantile(local, torch.tensor([0.1, 0.5, 0.9]))
-            out.update({"entropy/p10": float(q[0]), "entropy/p50": float(q[1]), "entropy/p90": float(q[2])})
+        mean, low_frac = (sums[[0, 2]] / sums[1]).tolist()
+        out = {"entropy/mean": mean, "entropy/low_frac": low_frac}
+        if local is not None and local.numel():
+            out.update(zip(("entropy/p10", "entropy/p50", "entropy/p90"), _quantiles(local).tolist(), strict=True))
         return out
 
     # ------------------------------------------------------------------ diversity
@@ -267,9 +300,9 @@ class CollapseMonitor(TrainerCallback):
         if "repetition" in self.metrics:
             per_completion = repetition if repetition is not None else values["repetition"]
             out["diversity/repetition"] = float(per_completion.mean())
-            if repetition is None:
-                # A column of the completions table TRL logs (wandb / trackio / parquet) when log_completions is on
-                # (GRPOExtTrainer adds it for every batch, evaluation included, so rows stay aligned).
+            if not self.fed_by_trainer:
+                # A column of the completions table plain TRL logs (wandb / trackio / parquet) when log_completions is
+                # on (GRPOExtTrainer adds it in observe_generation for every batch, so rows stay aligned).
                 self.trainer._logs["extra"]["repetition"].extend(per_completion.tolist())
         return out
 
@@ -317,12 +350,14 @@ class CollapseMonitor(TrainerCallback):
             future, self._pending = self._pending, None
             values.update(future.result())
         # fed by GRPOExtTrainer, the diversity values arrive computed (self._pending above)
-        batch = self._completion_batch() if set(self.metrics) - {"entropy"} and not self.fed_by_trainer else None
+        measured = self._step_is_measured(state.global_step - 1)
+        diversity = set(self.metrics) - {"entropy"} and not self.fed_by_trainer and measured
+        batch = self._completion_batch() if diversity else None
         if batch is not None:
             ids, mask, group_size = batch
             values.update(self.diversity_metrics(ids, mask, group_size=group_size))
         if "entropy" in self.metrics:
-            values.update(self._entropy_metrics())
+            values.update(self._entropy_metrics(percentiles=measured))
         if not values:
             return control
         self._check_alarm(values, state.global_step, control)

@@ -579,6 +579,12 @@ class MonitorConfig(ConfigSection):
             n of `diversity/repetition` (repeated n-grams inside one completion).
         diversity_low_entropy_threshold (`float`, *optional*, defaults to `0.1`):
             Tokens with entropy below it count in `entropy/low_frac`.
+        diversity_every (`int`, *optional*, defaults to `1`):
+            Measure the n-gram metrics (`distinct`, `self_bleu`, `repetition`, `unique`) and the entropy percentiles
+            on the training generation batch of every k-th step only: steps 1, 1 + k, 1 + 2k, ..., each logged at its
+            own step (all processes agree, and a resumed run keeps the pattern). `entropy/mean`, `entropy/low_frac`
+            and evaluation batches are measured every time. Raise it when the monitor shows in `timing/ext_fraction`
+            on a very short step.
         collapse_entropy_min (`float`, *optional*):
             Collapse alarm when the mean token entropy falls below it.
         collapse_distinct2_drop (`float`, *optional*):
@@ -606,6 +612,10 @@ class MonitorConfig(ConfigSection):
     diversity_repetition_n: int = field(default=3, metadata={"help": "n of diversity/repetition."})
     diversity_low_entropy_threshold: float = field(
         default=0.1, metadata={"help": "Tokens with entropy below it count in entropy/low_frac."}
+    )
+    diversity_every: int = field(
+        default=1,
+        metadata={"help": "Measure n-gram diversity and entropy percentiles at steps 1, 1 + k, 1 + 2k, ... only."},
     )
     collapse_entropy_min: float | None = field(
         default=None, metadata={"help": "Collapse alarm when the mean token entropy falls below it."}
@@ -639,6 +649,8 @@ class MonitorConfig(ConfigSection):
             _fail("diversity_ngram_sizes", self.diversity_ngram_sizes, "needs integers >= 1", "e.g. [1, 2, 3, 4]")
         if self.diversity_repetition_n < 1:
             _fail("diversity_repetition_n", self.diversity_repetition_n, "must be >= 1", "e.g. 3")
+        if self.diversity_every < 1:
+            _fail("diversity_every", self.diversity_every, "must be >= 1 (1: every step)", "e.g. diversity_every=4")
         if self.collapse_distinct2_drop is not None and not 0 < self.collapse_distinct2_drop < 1:
             _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
         if any(int(k) < 1 for k in self.eval_pass_at_k):

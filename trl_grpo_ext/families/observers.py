@@ -42,6 +42,7 @@ class CollapseObserver(Extension):
             alarm_distinct2_drop=args.collapse_distinct2_drop,
             alarm_repetition_max=args.collapse_repetition_max,
             alarm_action=args.collapse_action,
+            every=args.diversity_every,
         )
         host.add_callback(self.monitor)  # logs at step ends and acts on the alarm (save / stop)
 
