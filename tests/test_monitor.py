@@ -160,6 +160,15 @@ def test_batch_diversity_matches_definitions(group_size, groups, data):
     assert out["unique_frac"] == pytest.approx(sum(len({tuple(r) for r in g}) / group_size for g in grouped) / groups)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**31 - 1))
+def test_entropy_percentiles_are_torch_quantile(size, seed):
+    from trl_grpo_ext.callbacks import _QUANTILES, _quantiles
+
+    values = torch.rand(size, generator=torch.Generator().manual_seed(seed)) * 5
+    assert torch.equal(_quantiles(values), torch.quantile(values, torch.tensor(_QUANTILES)))
+
+
 def test_pass_at_k():
     assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
     assert pass_at_k(5, 2, 4) == 1.0 and pass_at_k(5, 0, 3) == 0.0
