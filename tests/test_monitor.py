@@ -54,15 +54,21 @@ def test_self_bleu_extremes():
     assert self_bleu_batch(IDS, MASK, 2) < 1.0
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 5), min_size=0, max_size=12), min_size=1, max_size=6), st.integers(1, 4))
-def test_batch_versions_match_reference(rows, n):
+def _padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (ids, mask) of token lists."""
     width = max(len(r) for r in rows) or 1
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.long)
     for i, r in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = 1
+    return ids, mask
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=0, max_size=12), min_size=1, max_size=6), st.integers(1, 4))
+def test_batch_versions_match_reference(rows, n):
+    ids, mask = _padded(rows)
     assert distinct_n_batch(ids, mask, n) == pytest.approx(distinct_n(rows, n))
     torch.testing.assert_close(repetition_rates(ids, mask, n), torch.tensor([repetition_rate(r, n) for r in rows]))
 
@@ -143,12 +149,7 @@ def test_batch_diversity_matches_definitions(group_size, groups, data):
         data.draw(st.lists(st.integers(0, 3), min_size=0, max_size=9), label=f"row {i}")
         for i in range(group_size * groups)
     ]
-    width = max(len(r) for r in rows) or 1
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
+    ids, mask = _padded(rows)
     out = batch_diversity(ids, mask, group_size)
     grouped = [rows[s : s + group_size] for s in range(0, len(rows), group_size)]
     for n in (1, 2, 3, 4):
