@@ -5,7 +5,8 @@
 Ordinary: about 500 characters of reasoning then a ``\\boxed{}`` answer (half right) against a ``\\frac`` reference.
 Hostile: 64 completions that are slow for sympy yet pass the screen (``(x+1)^{999}``, ``\\binom{999999}{499999}``,
 nested integrals, long sums). ``workers 1`` is the serial path in the main thread; ``N > 1`` a persistent pool
-(timed after a warm-up call that starts it). Median of 3 repeats.
+(timed after a warm-up call that starts it). Median of 3 repeats. Last, the time of right answers written in another
+form (``(x+1)^2`` against ``x^2+2x+1``, ...): what a lower per-answer bound would start to score 0.0.
 """
 
 from __future__ import annotations
@@ -27,6 +28,30 @@ HOSTILE = [
     "\\boxed{" + "\\frac{1}{" * 14 + "2" + "}" * 14 + "}",
     "\\boxed{1000000!}",
 ]
+
+
+# Right answers in another form: the slowest of them sets how low the per-answer bound may go without scoring
+# correct answers 0.0.
+EQUIVALENT = [
+    ("\\boxed{(x+1)^2}", "\\boxed{x^2+2x+1}"),
+    ("\\boxed{(a+b)^3}", "\\boxed{a^3+3a^2b+3ab^2+b^3}"),
+    ("\\boxed{\\frac{x^2-1}{x-1}}", "\\boxed{x+1}"),
+    ("\\boxed{2\\sqrt{2}+\\sqrt{8}}", "\\boxed{4\\sqrt{2}}"),
+    ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\boxed{\\frac{\\sqrt{2}}{2}}"),
+    ("\\boxed{\\cos^2 x + \\sin^2 x}", "\\boxed{1}"),
+    ("\\boxed{\\tan(\\pi/4)+\\cot(\\pi/4)}", "\\boxed{2}"),
+    ("\\boxed{\\log_2 8}", "\\boxed{3}"),
+    ("\\boxed{[1, 3)}", "\\boxed{[1,3)}"),
+    ("\\boxed{x = 2, 3}", "\\boxed{\\{2, 3\\}}"),
+    ("\\boxed{\\sum_{k=1}^{10} k}", "\\boxed{55}"),
+    ("\\boxed{e^{i\\pi}}", "\\boxed{-1}"),
+]
+
+
+def equivalent_answer_times() -> list[float]:
+    """Seconds of one unbounded math_accuracy call per EQUIVALENT pair, in this process (after one warm-up call)."""
+    math_accuracy(*EQUIVALENT[0], timeout_seconds=None)
+    return [timed(lambda c=c, g=g: math_accuracy(c, g, timeout_seconds=None), 1) for c, g in EQUIVALENT]
 
 
 def ordinary(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -61,6 +86,11 @@ def main():
         timeouts = (shared_pool(workers, math_accuracy).timeouts - before) if workers > 1 else "n/a"
         accuracy = sum(s or 0.0 for s in scores[-1]) / len(scores[-1])
         print(f"{workers:>8} {ordinary_s:>11.2f} {hostile_s:>15.2f} {timeouts!s:>9} {accuracy:>9.3f}", flush=True)
+    times = sorted(equivalent_answer_times())
+    print(
+        f"right answers in another form ({len(times)}): median {times[len(times) // 2] * 1000:.0f} ms, slowest "
+        f"{times[-1] * 1000:.0f} ms (the per-answer bound is {pool.ANSWER_TIMEOUT_SECONDS} s)"
+    )
 
 
 if __name__ == "__main__":

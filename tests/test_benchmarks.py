@@ -12,7 +12,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 @pytest.fixture
 def benchmarks_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    for name in ("gpu_check", "gpu_wheels", "overhead"):
+    for name in ("gpu_check", "gpu_wheels", "overhead", "math_reward_speed", "diversity_speed"):
         sys.modules.pop(name, None)
 
 
@@ -48,3 +48,15 @@ def test_gpu_wheels_lists_pinned_dependencies_without_torch(benchmarks_on_path, 
     assert not any(gpu_wheels.EXCLUDED.match(n) for n in names)
     lines = (tmp_path / "requirements.txt").read_text().split()
     assert lines[-1].startswith("trl_grpo_ext==") and all("==" in line for line in lines)
+
+
+def test_equivalent_answers_of_the_reward_benchmark_are_timed_and_mostly_right(benchmarks_on_path):
+    """The rows behind the per-answer bound's default: right answers in another form, scored by the real reward."""
+    import math_reward_speed
+
+    from trl_grpo_ext.rewards.math import math_accuracy
+
+    times = math_reward_speed.equivalent_answer_times()
+    assert len(times) == len(math_reward_speed.EQUIVALENT) and all(t > 0 for t in times)
+    scores = [math_accuracy(c, g) for c, g in math_reward_speed.EQUIVALENT]
+    assert sum(scores) >= len(scores) - 2  # math-verify misses e^{i pi} = -1; the rest are recognised
