@@ -5,7 +5,9 @@
 Ordinary: about 500 characters of reasoning then a ``\\boxed{}`` answer (half right) against a ``\\frac`` reference.
 Hostile: 64 completions that are slow for sympy yet pass the screen (``(x+1)^{999}``, ``\\binom{999999}{499999}``,
 nested integrals, long sums). ``workers 1`` is the serial path in the main thread; ``N > 1`` a persistent pool
-(timed after a warm-up call that starts it). Median of 3 repeats. Last, the time of right answers written in another
+(timed after a warm-up call that starts it). Median of 3 repeats. "next batch": the ordinary batch again right after
+the hostile one, which pays for the pool's restart if the hostile batch ran out of its budget; its accuracy is the
+last column (0.5: every answer scored, half right). Last, the time of right answers written in another
 form (``(x+1)^2`` against ``x^2+2x+1``, ...): what a lower per-answer bound would start to score 0.0.
 """
 
@@ -18,7 +20,6 @@ from diversity_speed import timed
 
 from trl_grpo_ext.rewards import pool
 from trl_grpo_ext.rewards.math import math_accuracy, math_accuracy_reward, set_math_reward_workers
-from trl_grpo_ext.rewards.pool import shared_pool
 
 HOSTILE = [
     "\\boxed{(x+1)^{999}}",
@@ -75,17 +76,22 @@ def main():
         pool.ANSWER_TIMEOUT_SECONDS = args.answer_timeout
     completions, solutions = ordinary(args.completions)
     hostile = [HOSTILE[i % len(HOSTILE)] for i in range(64)]
-    print(f"{'workers':>8} {'ordinary s':>11} {'hostile (64) s':>15} {'timeouts':>9} {'accuracy':>9}")
+    header = ("workers", "ordinary s", "hostile (64) s", "timeouts", "next batch s", "accuracy")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(header, (8, 11, 15, 9, 13, 9), strict=True)))
     for workers in args.workers:
         set_math_reward_workers(workers)
         math_accuracy_reward(completions[:8], solution=solutions[:8])  # start the pool
         scores = []
         ordinary_s = timed(lambda s=scores: s.append(math_accuracy_reward(completions, solution=solutions)), 3)
-        before = shared_pool(workers, math_accuracy).timeouts if workers > 1 else 0
+        before = pool.timeouts_total()
         hostile_s = timed(lambda: math_accuracy_reward(hostile, solution=["#### 42"] * 64), 1)
-        timeouts = (shared_pool(workers, math_accuracy).timeouts - before) if workers > 1 else "n/a"
+        timeouts = pool.timeouts_total() - before
+        after_s = timed(lambda s=scores: s.append(math_accuracy_reward(completions, solution=solutions)), 1)
         accuracy = sum(s or 0.0 for s in scores[-1]) / len(scores[-1])
-        print(f"{workers:>8} {ordinary_s:>11.2f} {hostile_s:>15.2f} {timeouts!s:>9} {accuracy:>9.3f}", flush=True)
+        print(
+            f"{workers:>8} {ordinary_s:>11.2f} {hostile_s:>15.2f} {timeouts!s:>9} {after_s:>13.2f} {accuracy:>9.3f}",
+            flush=True,
+        )
     times = sorted(equivalent_answer_times())
     print(
         f"right answers in another form ({len(times)}): median {times[len(times) // 2] * 1000:.0f} ms, slowest "

@@ -147,6 +147,43 @@ def test_math_reward_pool_bounds_each_answer_and_each_batch():
         pool.close()
 
 
+def test_batch_budget_scales_with_the_batch(monkeypatch):
+    """The default budget: 0.2 s per answer and worker, within [2 s, 60 s]; a batch of slow answers returns at it."""
+    from trl_grpo_ext.rewards import pool as pool_module
+    from trl_grpo_ext.rewards.math import math_accuracy
+
+    budget = pool_module.batch_budget_seconds
+    assert (budget(64, 2), budget(4, 2), budget(4096, 2), budget(1024, 16)) == (6.4, 2.0, 60.0, 12.8)
+    monkeypatch.setattr(pool_module, "BATCH_SECONDS_PER_ANSWER", 0.05)
+    monkeypatch.setattr(pool_module, "BATCH_MIN_SECONDS", 0.1)
+    pool = pool_module.ScorerPool(2, math_accuracy)
+    try:
+        assert pool.score([("\\boxed{7}", "7")], batch_budget=60) == [1.0]  # start the workers
+        slow = [("\\boxed{1000000!}", "3"), ("\\boxed{(x+1)^{999}}", "x^{999}+1")] * 8
+        start = time.perf_counter()
+        assert pool.score(slow, answer_timeout=30) == [0.0] * 16  # budget 16 x 0.05 / 2 = 0.4 s
+        assert time.perf_counter() - start < 5 and pool.timeouts == 16
+    finally:
+        pool.close()
+
+
+def test_serial_math_reward_has_the_batch_budget_too(monkeypatch):
+    """workers=1 in the main thread: answers left when the batch budget runs out score 0.0 and are counted."""
+    from trl_grpo_ext.rewards import pool, set_math_reward_workers
+
+    completions, solutions = ["\\boxed{7}", "\\boxed{8}"] * 3, ["#### 7"] * 6
+    set_math_reward_workers(1)
+    try:
+        assert math_accuracy_reward(completions, solution=solutions) == [1.0, 0.0] * 3
+        monkeypatch.setattr(pool, "BATCH_MIN_SECONDS", 0.0)
+        monkeypatch.setattr(pool, "BATCH_SECONDS_PER_ANSWER", 0.0)
+        before = pool.timeouts_total()
+        assert math_accuracy_reward(completions, solution=solutions) == [0.0] * 6
+        assert pool.timeouts_total() - before == 6
+    finally:
+        set_math_reward_workers(None)
+
+
 def test_math_reward_workers_are_validated():
     from trl_grpo_ext.rewards import set_math_reward_workers
     from trl_grpo_ext.rewards.math import math_accuracy

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import threading
+import time
 
 logger = logging.getLogger(__name__)
 
@@ -135,10 +136,29 @@ def math_accuracy_reward(completions, solution=None, answer=None, **kwargs) -> l
     pairs = [(_text(c), None if r is None else gold_answer(r)) for c, r in zip(completions, references, strict=True)]
     workers = math_reward_workers()
     if workers == 1 and threading.current_thread() is threading.main_thread():
-        return [math_accuracy(completion, gold) for completion, gold in pairs]  # math-verify's own timeouts work here
+        return _score_serially(pairs)
     from .pool import shared_pool
 
     return shared_pool(workers, math_accuracy).score(pairs)
+
+
+def _score_serially(pairs: list[tuple[str, str | None]]) -> list[float | None]:
+    """In the main thread, where math-verify's own timeouts bound each answer; the pool's batch budget bounds the
+    batch (answers left when it runs out score 0.0 and count in ``rewards/timeouts``)."""
+    from .pool import batch_budget_seconds, record_timeouts
+
+    deadline = time.monotonic() + batch_budget_seconds(len(pairs), 1)
+    scores: list[float | None] = []
+    late = 0
+    for completion, gold in pairs:
+        if time.monotonic() < deadline:
+            scores.append(math_accuracy(completion, gold))
+        else:
+            scores.append(0.0)
+            late += 1
+    if late:
+        record_timeouts("math_accuracy", late, len(pairs))
+    return scores
 
 
 _workers: int | None = None

@@ -33,8 +33,18 @@ logger = logging.getLogger(__name__)
 
 #: Seconds one answer may take in a worker (ordinary answers: about 10 ms; hostile ones up to 3 s unbounded).
 ANSWER_TIMEOUT_SECONDS = 1.0
-#: Seconds one batch may take; its unscored answers then score 0.0.
+#: A batch's time budget: ``BATCH_SECONDS_PER_ANSWER`` x answers / workers, at least ``BATCH_MIN_SECONDS`` and at
+#: most ``BATCH_BUDGET_SECONDS``; answers still unscored at its end score 0.0 (and the pool restarts). Ordinary answers
+#: take 10-40 ms and right answers in an odd form up to about 0.2 s, so an ordinary batch never reaches it, while a
+#: batch of answers that each run into the per-answer bound returns after about 0.2 s per answer and worker.
+BATCH_SECONDS_PER_ANSWER = 0.2
+BATCH_MIN_SECONDS = 2.0
 BATCH_BUDGET_SECONDS = 60.0
+
+
+def batch_budget_seconds(answers: int, workers: int) -> float:
+    """Seconds a batch of ``answers`` scored by ``workers`` processes may take (module constants read at call time)."""
+    return min(BATCH_BUDGET_SECONDS, max(BATCH_MIN_SECONDS, answers * BATCH_SECONDS_PER_ANSWER / workers))
 
 
 class _AnswerTimeout(BaseException):  # not an Exception: a scorer's own fallback (math_accuracy's) must not catch it
@@ -45,8 +55,18 @@ def _on_alarm(signum, frame):
     raise _AnswerTimeout
 
 
-def _worker_init() -> None:
+#: Seconds a new pool may take to start its workers and import their scorer's dependencies (sympy, math-verify).
+STARTUP_TIMEOUT_SECONDS = 300.0
+
+
+def _worker_init(score_fn, ready) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
+    try:  # import the scorer's dependencies now, so that no batch's budget pays for them
+        score_fn("\\boxed{1}", "1", timeout_seconds=None)
+    except Exception:  # a scorer that refuses this call is warmed by its first batch instead
+        pass
+    finally:
+        ready.release()
 
 
 def _score_chunk(score_fn, pairs: list[tuple[str, str]], answer_timeout: float) -> list[tuple[float | None, bool]]:
@@ -107,7 +127,13 @@ class ScorerPool:
         with self._lock:
             if self._pool is None:
                 context = multiprocessing.get_context(_start_method())
-                self._pool = context.Pool(self.workers, initializer=_worker_init)
+                ready = context.Semaphore(0)
+                self._pool = context.Pool(self.workers, initializer=_worker_init, initargs=(self.score_fn, ready))
+                deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+                for _ in range(self.workers):  # the batch budget starts once every worker is ready
+                    if not ready.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                        logger.warning("Math reward workers not ready after %.0f s.", STARTUP_TIMEOUT_SECONDS)
+                        break
             return self._pool
 
     def close(self) -> None:
@@ -125,9 +151,9 @@ class ScorerPool:
         batch_budget: float | None = None,
     ) -> list[float | None]:
         """Scores in the order of ``pairs``; the bounds default to the module's ``ANSWER_TIMEOUT_SECONDS`` and
-        ``BATCH_BUDGET_SECONDS`` (read at call time, so a user may change them)."""
+        :func:`batch_budget_seconds` (read at call time, so a user may change them)."""
         answer_timeout = ANSWER_TIMEOUT_SECONDS if answer_timeout is None else answer_timeout
-        batch_budget = BATCH_BUDGET_SECONDS if batch_budget is None else batch_budget
+        batch_budget = batch_budget_seconds(len(pairs), self.workers) if batch_budget is None else batch_budget
         if not pairs:
             return []
         pool = self._get()
@@ -153,17 +179,21 @@ class ScorerPool:
             self.close()
         if timeouts:
             self.timeouts += timeouts
-            global _TIMEOUTS_TOTAL
-            with _POOLS_LOCK:
-                _TIMEOUTS_TOTAL += timeouts
-            name = getattr(self.score_fn, "__name__", "score_fn")
-            logger.warning("%s: %d of %d answers hit a time bound and scored 0.0.", name, timeouts, len(pairs))
+            record_timeouts(getattr(self.score_fn, "__name__", "score_fn"), timeouts, len(pairs))
         return scores
 
 
 _POOLS: dict[tuple, ScorerPool] = {}
 _POOLS_LOCK = threading.Lock()
 _TIMEOUTS_TOTAL = 0
+
+
+def record_timeouts(name: str, timeouts: int, answers: int) -> None:
+    """Count ``timeouts`` answers of a batch of ``answers`` scored 0.0 by a time bound (``rewards/timeouts``)."""
+    global _TIMEOUTS_TOTAL
+    with _POOLS_LOCK:
+        _TIMEOUTS_TOTAL += timeouts
+    logger.warning("%s: %d of %d answers hit a time bound and scored 0.0.", name, timeouts, answers)
 
 
 def timeouts_total() -> int:
