@@ -296,6 +296,27 @@ def test_monitor_reads_training_batches_only_and_logs_eval_diversity(make_traine
     assert not any("alarm/collapse" in h and "eval_loss" in h for h in history)
 
 
+def test_monitor_logs_every_generation_batch_of_a_step(make_trainer):
+    """steps_per_generation < gradient_accumulation_steps: two generation batches per optimizer step; the step logs
+    their mean (it used to log the last one only, silently dropping the other)."""
+    trainer = make_trainer(
+        gradient_accumulation_steps=2, steps_per_generation=1, max_steps=2, diversity_metrics=["distinct"]
+    )
+    fed = []
+    observe = trainer.collapse_monitor.observe_generation
+
+    def spy(ids, mask, group_size, mode):
+        fed.append((trainer.state.global_step, distinct_n_batch(ids, mask, 2)))
+        observe(ids, mask, group_size, mode)
+
+    trainer.collapse_monitor.observe_generation = spy
+    trainer.train()
+    per_step = [[value for step, value in fed if step == s] for s in (0, 1)]
+    assert [len(values) for values in per_step] == [2, 2]
+    logged = [h["diversity/distinct_2"] for h in last_logs(trainer)]
+    assert logged == pytest.approx([sum(values) / 2 for values in per_step])
+
+
 def test_plain_trl_trainer_monitor_skips_eval_completions(tiny_model_path, tokenizer, train_dataset, tmp_path):
     from conftest import TINY_ARGS
     from trl import GRPOConfig, GRPOTrainer

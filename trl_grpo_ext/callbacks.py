@@ -28,6 +28,7 @@ import concurrent.futures
 import contextlib
 import logging
 import math
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 
@@ -144,7 +145,9 @@ class CollapseMonitor(TrainerCallback):
         self.last: dict[str, float] = {}
         self.alarms: list[tuple[int, list[str]]] = []
         self._fingerprint = None
-        self._pending: concurrent.futures.Future | None = None  # diversity values of the last training batch
+        # diversity values of the training batches generated in this optimizer step (several when
+        # steps_per_generation < gradient_accumulation_steps), collected at its end
+        self._pending: list[concurrent.futures.Future] = []
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._entropy_chunks: list[torch.Tensor] = []
         self._entropy_sums = torch.zeros(3)  # sum, tokens, low tokens
@@ -171,8 +174,8 @@ class CollapseMonitor(TrainerCallback):
         if mode == "train":
             # Computed on a background thread while the step's forward and backward run (torch releases the GIL);
             # the next on_step_end collects it, so the values and the step they are logged at do not change.
-            self._pending = self._background().submit(
-                self.diversity_metrics, ids, mask, group_size=group_size, repetition=rates
+            self._pending.append(
+                self._background().submit(self.diversity_metrics, ids, mask, group_size=group_size, repetition=rates)
             )
             return
         with _clock(self.trainer):
@@ -346,10 +349,10 @@ class CollapseMonitor(TrainerCallback):
 
     def _on_step_end(self, state, control):
         values: dict[str, float] = {}
-        if self._pending is not None:
-            future, self._pending = self._pending, None
-            values.update(future.result())
-        # fed by GRPOExtTrainer, the diversity values arrive computed (self._pending above)
+        if self._pending:  # fed by GRPOExtTrainer: the step's batches, computed; their mean when there are several
+            batches = [future.result() for future in self._pending]
+            self._pending = []
+            values.update({key: statistics.fmean(batch[key] for batch in batches) for key in batches[0]})
         measured = self._step_is_measured(state.global_step - 1)
         diversity = set(self.metrics) - {"entropy"} and not self.fed_by_trainer and measured
         batch = self._completion_batch() if diversity else None
