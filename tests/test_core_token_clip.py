@@ -194,6 +194,21 @@ def test_row_advantage_covariance_and_masks_match_the_token_level_path(seed):
     )
 
 
+def test_masks_take_a_precomputed_covariance():
+    """The trainer computes the covariance once per micro-batch and hands it to the mask and to its logs."""
+    gen = torch.Generator().manual_seed(0)
+    logps, adv, mask = -torch.rand(8, 32, generator=gen) * 5, torch.randn(8, generator=gen), torch.rand(8, 32) > 0.2
+    cov = token_covariance(logps, adv, mask)
+    assert torch.equal(
+        kl_cov_mask(logps, adv, mask, ratio=0.05), kl_cov_mask(logps, adv, mask, ratio=0.05, covariance=cov)
+    )
+    kw = dict(ratio=0.05, lb=-100.0, ub=100.0)
+    assert torch.equal(
+        clip_cov_mask(logps, adv, mask, generator=torch.Generator().manual_seed(1), **kw),
+        clip_cov_mask(logps, adv, mask, generator=torch.Generator().manual_seed(1), covariance=cov, **kw),
+    )
+
+
 @pytest.mark.parametrize("n, k", [(64, 3), (4096, 5), (4096, 300), (1000, 7), (2 * 3 * 5 * 7 * 11, 9)])
 def test_chunked_topk_has_the_values_of_one_topk(n, k):
     from trl_grpo_ext.core.token_clip import _topk_1d

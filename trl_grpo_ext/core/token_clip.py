@@ -154,6 +154,7 @@ def clip_cov_mask(
     generator: torch.Generator | None = None,
     exclude: torch.Tensor | None = None,
     collectives: Collectives = LOCAL,
+    covariance: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Tokens whose gradient Clip-Cov removes (Cui et al. 2025, sec. 4.2, "Clip-Cov").
 
@@ -166,11 +167,13 @@ def clip_cov_mask(
         lb, ub: the covariance window (paper and verl: 1 and 5).
         generator: source of the random choice (on the device of ``logps``); seed it for reproducible runs.
         exclude: (B, T) bool, tokens that may not be picked.
+        covariance: ``token_covariance(logps, advantages, mask, collectives=collectives)`` when the caller already
+            has it (it also logs it); computed here otherwise.
 
     Returns:
         (B, T) bool.
     """
-    cov = token_covariance(logps, advantages, mask, collectives=collectives)  # (B, T)
+    cov = token_covariance(logps, advantages, mask, collectives=collectives) if covariance is None else covariance
     candidates = mask.bool() & (cov > lb) & (cov < ub)  # (B, T)
     if exclude is not None:
         candidates = candidates & ~exclude.bool()
@@ -186,13 +189,14 @@ def kl_cov_mask(
     *,
     ratio: float,
     collectives: Collectives = LOCAL,
+    covariance: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Tokens KL-Cov penalises: the ``max(1, floor(ratio * N))`` valid tokens of highest Cov (Cui et al. 2025, eq. 10).
 
-    ``ratio`` is a fraction (paper: 2e-3 for 7B, 2e-4 for 32B; the authors' scripts write it in percent). Returns (B, T)
-    bool.
+    ``ratio`` is a fraction (paper: 2e-3 for 7B, 2e-4 for 32B; the authors' scripts write it in percent);
+    ``covariance`` as in :func:`clip_cov_mask`. Returns (B, T) bool.
     """
-    cov = token_covariance(logps, advantages, mask, collectives=collectives)  # (B, T)
+    cov = token_covariance(logps, advantages, mask, collectives=collectives) if covariance is None else covariance
     k = num_selected(_global_count(mask, collectives), ratio)
     return select_top_k(cov, mask.bool(), k, collectives=collectives)
 

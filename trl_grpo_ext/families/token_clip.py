@@ -27,14 +27,15 @@ class _CovarianceClip(Extension):
     def collectives(self):
         return self.host.collectives if self.args.token_clip_scope == "global" else LOCAL
 
-    def log_selection(self, ctx: LossContext, logps: torch.Tensor, selected: torch.Tensor) -> None:
+    def covariance(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        """(B, T) centred covariance of the policy-loss tokens, computed once per micro-batch for selection and logs."""
+        return token_covariance(logps, ctx.row_advantages, ctx.policy_mask, collectives=self.collectives())
+
+    def log_selection(self, ctx: LossContext, cov: torch.Tensor, selected: torch.Tensor) -> None:
         """Global metrics: fraction and number of tokens selected, mean covariance of valid and of selected tokens."""
         coll = self.host.collectives
         valid = ctx.policy_mask
-        cov = token_covariance(logps, ctx.row_advantages, valid, collectives=self.collectives())
-        stats = torch.stack([valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()]).to(
-            logps.device
-        )
+        stats = torch.stack([valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()])
         n_valid, n_sel, cov_sum, sel_cov_sum = coll.all_sum(stats).tolist()
         self.log_metric(ctx.mode, f"{self.prefix}/selected_frac", n_sel / max(n_valid, 1.0))
         self.log_metric(ctx.mode, f"{self.prefix}/selected_tokens", n_sel)
@@ -78,9 +79,10 @@ class ClipCov(_CovarianceClip):
             generator=host.generator("clip_cov", per_rank=True, device=logps.device),
             exclude=exclude,
             collectives=self.collectives(),
+            covariance=(cov := self.covariance(logps, ctx)),
         )
         ctx.selected = selected
-        self.log_selection(ctx, logps, selected)
+        self.log_selection(ctx, cov, selected)
         coll = host.collectives
         n_clipped, n_valid = coll.all_sum(torch.stack([exclude.sum(), candidates.sum()]).float()).tolist()
         self.log_metric(ctx.mode, "clip_cov/ppo_clipped_frac", n_clipped / max(n_valid, 1.0))
@@ -120,11 +122,17 @@ class KLCov(_CovarianceClip):
             host.drop_ratio_clip()
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        cov = self.covariance(logps, ctx)
         selected = kl_cov_mask(
-            logps, ctx.row_advantages, ctx.policy_mask, ratio=self.args.kl_cov_ratio, collectives=self.collectives()
+            logps,
+            ctx.row_advantages,
+            ctx.policy_mask,
+            ratio=self.args.kl_cov_ratio,
+            collectives=self.collectives(),
+            covariance=cov,
         )
         ctx.selected = selected
-        self.log_selection(ctx, logps, selected)
+        self.log_selection(ctx, cov, selected)
         return logps
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
