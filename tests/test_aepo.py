@@ -17,7 +17,6 @@ from trl_grpo_ext.core.aepo import (
     aepo_per_token_loss,
     aepo_pick,
     aepo_sample_count,
-    aepo_select,
     aepo_temperature,
 )
 
@@ -68,15 +67,15 @@ def test_selection_threshold_and_cap():
     # Group 1: rewards 0, 1, 1, 0 -> advantages -0.866, +0.866, +0.866, -0.866 (sample std); group 2 flat.
     rewards = torch.tensor([0.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5])
     assert aepo_candidates(rewards, 4, adv_threshold=0.05).tolist() == [False, True, True, False] + [False] * 4
-    keep = aepo_select(rewards, 4, adv_threshold=0.05, max_samples=10)
+    candidates = aepo_candidates(rewards, 4, adv_threshold=0.05)
+    keep = aepo_pick(candidates, 10)
     assert keep.tolist() == [False, True, True, False, False, False, False, False]
-    capped = aepo_select(rewards, 4, adv_threshold=0.05, max_samples=1, generator=torch.Generator().manual_seed(0))
+    capped = aepo_pick(candidates, 1, order="random", generator=torch.Generator().manual_seed(0))
     assert int(capped.sum()) == 1 and (capped <= keep).all()
-    first = aepo_select(rewards, 4, adv_threshold=0.05, max_samples=1, order="first")
+    first = aepo_pick(candidates, 1, order="first")
     assert first.tolist() == [False, True] + [False] * 6
     # A tiny positive advantage under the threshold does not count.
-    near = aepo_select(torch.tensor([0.0, 0.0, 0.0, 1e-3]), 4, adv_threshold=2.0, max_samples=5)
-    assert not near.any()
+    assert not aepo_candidates(torch.tensor([0.0, 0.0, 0.0, 1e-3]), 4, adv_threshold=2.0).any()
 
 
 def test_entropy_estimators_by_hand():

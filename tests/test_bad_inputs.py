@@ -535,7 +535,7 @@ def _fallbacks():
         self_bleu_batch,
         unique_fraction,
     )
-    from trl_grpo_ext.core.aepo import aepo_select, high_entropy_mask
+    from trl_grpo_ext.core.aepo import aepo_candidates, aepo_pick, high_entropy_mask
     from trl_grpo_ext.prm.segmentation import segment_completion
     from trl_grpo_ext.rewards import math_accuracy_reward
     from trl_grpo_ext.trl_compat import vllm_importance_sampling_ratio
@@ -601,7 +601,7 @@ def _fallbacks():
         (
             "AEPO samples with equal rewards",
             "none reinforced",
-            lambda: int(aepo_select(torch.ones(4), 4, adv_threshold=0.05, max_samples=60).sum()),
+            lambda: int(aepo_pick(aepo_candidates(torch.ones(4), 4, adv_threshold=0.05), 60).sum()),
             0,
         ),
         (

@@ -82,21 +82,6 @@ def aepo_pick(
     raise ValueError(f"aepo_pick: unknown order {order!r}; use 'first' or 'random'")
 
 
-def aepo_select(
-    rewards: torch.Tensor,
-    group_size: int,
-    *,
-    adv_threshold: float,
-    max_samples: int,
-    order: str = "random",
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Which temperature-T samples AEPO reinforces: :func:`aepo_candidates`, at most ``max_samples`` of them picked by
-    :func:`aepo_pick`. (N,) bool."""
-    candidates = aepo_candidates(rewards, group_size, adv_threshold=adv_threshold)  # (N,)
-    return aepo_pick(candidates, max_samples, order=order, generator=generator)
-
-
 def aepo_entropy_sums(
     *, logps: torch.Tensor, entropies: torch.Tensor | None, mask: torch.Tensor, estimator: str
 ) -> torch.Tensor:
