@@ -215,6 +215,13 @@ def main():
     )
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "trl_grpo_ext_testbed"))
     parser.add_argument(
+        "--grpo_seed_offset",
+        type=int,
+        default=0,
+        help="GRPO seed = seed + this (warm start and held-out samples stay those of the seed): training noise "
+        "at a fixed warm start",
+    )
+    parser.add_argument(
         "--set", nargs="*", default=[], metavar="FIELD=VALUE", help="GRPOExtConfig fields for every run (JSON values)"
     )
     args = parser.parse_args()
@@ -242,6 +249,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     tok = testkit.build_char_tokenizer()
     results: dict = {"suite": args.suite, "steps": args.steps, "seeds": args.seeds, "set": common, "start": {}}
+    results["grpo_seed_offset"] = args.grpo_seed_offset
     results["runs"] = {name: [] for name in names}
     for seed in args.seeds:
         start = testbed.warm_start(args.cache, seed=seed)
@@ -253,7 +261,7 @@ def main():
         for name in names:
             began = time.perf_counter()
             with tempfile.TemporaryDirectory() as tmp:
-                trainer = train(start, seed, methods[name], args.steps, tmp, common)
+                trainer = train(start, seed + args.grpo_seed_offset, methods[name], args.steps, tmp, common)
             seconds = time.perf_counter() - began
             end = testbed.evaluate(trainer.model, tok, heldout, seed=seed)
             logged = curves(trainer.state.log_history)
