@@ -169,7 +169,7 @@ class CollapseMonitor(TrainerCallback):
             self.trainer.log_column("repetition", rates.tolist())
         if not set(self.metrics) - {"entropy"}:
             return
-        if mode == "train" and not self._step_is_measured(self.trainer.global_step):
+        if mode == "train" and not self._step_is_measured(self._completed_steps()):
             return  # diversity_every: this step's batch is not measured
         if mode == "train":
             # Computed on a background thread while the step's forward and backward run (torch releases the GIL);
@@ -204,6 +204,10 @@ class CollapseMonitor(TrainerCallback):
 
         trainer._get_per_token_logps_and_entropies = hooked
 
+    def _completed_steps(self) -> int:
+        """Optimizer steps done so far: the host's count when fed by GRPOExtTrainer, the trainer state's otherwise."""
+        return (self.trainer if self.fed_by_trainer else self.trainer.state).global_step
+
     def _step_is_measured(self, completed_steps: int) -> bool:
         """diversity_every: the step after ``completed_steps`` optimizer steps (1-based s = completed + 1) has its
         diversity and entropy percentiles measured when s is 1, 1 + every, ... (the same answer on every process)."""
@@ -212,8 +216,7 @@ class CollapseMonitor(TrainerCallback):
     def _record_entropy(self, values: torch.Tensor) -> None:
         low = (values < self.low_entropy_threshold).sum()
         self._entropy_sums += torch.stack([values.sum(), torch.tensor(float(values.numel())), low.float()])
-        state = self.trainer if self.fed_by_trainer else self.trainer.state
-        if not self._step_is_measured(state.global_step):
+        if not self._step_is_measured(self._completed_steps()):
             return  # the percentiles of this step are not logged: keep no sample
         if values.numel() > self.entropy_sample:
             values = values[torch.randperm(values.numel(), generator=self._generator)[: self.entropy_sample]]

@@ -289,7 +289,7 @@ class TrainerHost:
         return kwargs
 
     def truncated(self, completion_ids: list[list[int]]) -> list[bool]:
-        ends = {*self._trainer.eos_token_ids, self._trainer._tokenizer.pad_token_id}
+        ends = {*self.eos_token_ids, self.pad_token_id}
         return [not ids or ids[-1] not in ends for ids in completion_ids]
 
     def rollout_tensors(self, rollout: Rollout) -> dict[str, torch.Tensor]:

@@ -69,6 +69,7 @@ class ClipCov(_CovarianceClip):
             epsilon_low=epsilon_low,
             epsilon_high=epsilon_high,
         )
+        cov = self.covariance(logps, ctx)
         selected = clip_cov_mask(
             logps,
             ctx.row_advantages,
@@ -79,7 +80,7 @@ class ClipCov(_CovarianceClip):
             generator=host.generator("clip_cov", per_rank=True, device=logps.device),
             exclude=exclude,
             collectives=self.collectives(),
-            covariance=(cov := self.covariance(logps, ctx)),
+            covariance=cov,
         )
         ctx.selected = selected
         self.log_selection(ctx, cov, selected)
