@@ -98,7 +98,7 @@ def suites() -> dict[str, dict[str, Method]]:
         "PF best_worst": {"sample_filter": "best_worst"},
         "AEPO (target 0.2)": {"entropy_control": "aepo", "aepo_target_entropy": 0.2},
     }
-    all_on = dict(tools)  # the recipe's default: KL-Cov, adaptive KL, PF best-worst, AEPO
+    all_on = dict(testbed.ALL_ON)  # every family: the default tools (KL-Cov, adaptive KL, AEPO) + PF best-worst
     single = {"vanilla": Method(), "all on": Method(all_on)}
     for name, cfg in singles.items():
         single[name] = Method(cfg)
@@ -113,7 +113,7 @@ def suites() -> dict[str, dict[str, Method]]:
             minus.pop("beta", None)
         ablation[f"all on - {name}"] = Method(minus)
     return {
-        "testbed": {"vanilla": Method(), "default tools": Method(all_on)},
+        "testbed": {"vanilla": Method(), "default tools": Method(dict(tools))},
         "token_clip": token_clip,
         "pf": pf,
         "singles": single,
@@ -121,7 +121,15 @@ def suites() -> dict[str, dict[str, Method]]:
     }
 
 
-def train(start: str, seed: int, method: Method, steps: int, output_dir: str, common: dict) -> GRPOExtTrainer:
+def heldout_numbers(model, tokenizer, heldout, seed: int) -> dict:
+    """The held-out numbers a run records (``EVAL_KEYS`` of ``testbed.evaluate``)."""
+    end = testbed.evaluate(model, tokenizer, heldout, seed=seed)
+    return {k: end[k] for k in EVAL_KEYS}
+
+
+def train(
+    start: str, seed: int, method: Method, steps: int, output_dir: str, common: dict, callbacks=()
+) -> GRPOExtTrainer:
     rewards = [testbed.answer_reward]
     weights = None
     if method.reward_noise > 0:  # train on the noisy score, log the true accuracy with weight 0
@@ -145,6 +153,7 @@ def train(start: str, seed: int, method: Method, steps: int, output_dir: str, co
         args=args,
         train_dataset=testbed.addition_problems(40_000, seed=1 + seed),
         processing_class=testkit.build_char_tokenizer(),
+        callbacks=list(callbacks),
     )
     trainer.train()
     return trainer
@@ -211,7 +220,12 @@ def main():
     parser.add_argument("--out", default="testbed_study")
     parser.add_argument("--tag", default="", help="suffix of the output files")
     parser.add_argument(
-        "--report", default=None, metavar="JSON", help="print the table and plot of a saved run, no training"
+        "--report",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print the table and plot of a saved run, no training; several files (e.g. one per --grpo_seed_offset): "
+        "also the paired comparison of every method against vanilla over all their runs",
     )
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "trl_grpo_ext_testbed"))
     parser.add_argument(
@@ -222,17 +236,32 @@ def main():
         "at a fixed warm start",
     )
     parser.add_argument(
+        "--checkpoints_every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also evaluate the held-out set every K optimizer steps from --checkpoints_from on (0: only at the end): "
+        "how much one run's accuracy moves between checkpoints, and accuracies averaged over the last checkpoints",
+    )
+    parser.add_argument("--checkpoints_from", type=int, default=500, metavar="STEP")
+    parser.add_argument(
         "--set", nargs="*", default=[], metavar="FIELD=VALUE", help="GRPOExtConfig fields for every run (JSON values)"
     )
     args = parser.parse_args()
     if args.report:
-        with open(args.report) as f:
-            saved = json.load(f)
-        saved["start"] = {int(k): v for k, v in saved["start"].items()}
-        print(table(saved))
-        if saved["suite"] == "testbed":
-            print(criteria(saved))
-        plot(saved, args.report.removesuffix(".json") + ".png")
+        loaded = []
+        for path in args.report:
+            with open(path) as f:
+                saved = json.load(f)
+            saved["start"] = {int(k): v for k, v in saved["start"].items()}
+            loaded.append(saved)
+            print(f"== {path}")
+            print(table(saved))
+            if saved["suite"] == "testbed":
+                print(criteria(saved))
+            plot(saved, path.removesuffix(".json") + ".png")
+        if any("vanilla" in saved["runs"] and len(saved["runs"]) > 1 for saved in loaded):
+            print(paired(loaded))
         return
     common = {}
     for item in args.set:
@@ -260,8 +289,14 @@ def main():
             print(f"seed {seed} R^2 picker (noise 1): {results['picker'][seed]['noise 1']}", flush=True)
         for name in names:
             began = time.perf_counter()
+            steps = range(args.checkpoints_from, args.steps, args.checkpoints_every) if args.checkpoints_every else ()
+            checkpoints = testbed.CheckpointEvaluator(
+                steps, lambda model, heldout=heldout, seed=seed: heldout_numbers(model, tok, heldout, seed)
+            )
             with tempfile.TemporaryDirectory() as tmp:
-                trainer = train(start, seed + args.grpo_seed_offset, methods[name], args.steps, tmp, common)
+                trainer = train(
+                    start, seed + args.grpo_seed_offset, methods[name], args.steps, tmp, common, [checkpoints]
+                )
             seconds = time.perf_counter() - began
             end = testbed.evaluate(trainer.model, tok, heldout, seed=seed)
             logged = curves(trainer.state.log_history)
@@ -273,6 +308,8 @@ def main():
                 "entropy_ratio": entropy_ratio(logged.get("entropy", []), args.steps),
                 "curves": logged,
             }
+            if steps:
+                run["checkpoints"] = {**checkpoints.results, args.steps: run["end"]}
             results["runs"][name].append(run)
             print(
                 f"seed {seed} {name}: acc {results['start'][seed]['answer_acc']:.3f} -> {end['answer_acc']:.3f}, "
@@ -287,6 +324,8 @@ def main():
     print(table(results))
     if args.suite == "testbed":
         print(criteria(results))
+    if "vanilla" in results["runs"] and len(results["runs"]) > 1:
+        print(paired([results]))
     plot(results, f"{stem}.png")
 
 
@@ -360,6 +399,73 @@ def criteria(results: dict) -> str:
                 f"{end['distinct_2']:.3f} ({'ok' if more else 'MISS'}: one of them higher)"
             )
     return "\n".join(lines)
+
+
+def checkpoint_accuracy(run: dict) -> float | None:
+    """Mean greedy held-out accuracy over a run's checkpoints (the end included); None without checkpoints."""
+    points = run.get("checkpoints") or {}
+    return statistics.mean(p["answer_acc"] for p in points.values()) if len(points) > 1 else None
+
+
+def paired(saved: list[dict], tolerance: float = 0.01) -> str:
+    """Every method against vanilla over all runs of one or several saved studies (run by run: same warm start,
+    same GRPO seed), e.g. the ``testbed`` suite at ``--grpo_seed_offset`` 0, 100 and 200.
+
+    One row per method: mean +- std of its greedy accuracy and of vanilla's over the paired runs, the difference (in
+    points) mean +- std and per run, how many runs end within ``tolerance`` of vanilla or ahead, and in how many its
+    held-out entropy, Distinct-2 and pass@8 are above vanilla's (pass@8: above / equal / below). When the runs have
+    checkpoints (``--checkpoints_every``), a second row compares the accuracy averaged over a run's checkpoints, and a
+    line gives how far one run's accuracy moves between its checkpoints (std, points).
+    """
+    base: dict = {}
+    others: dict = {}
+    for results in saved:
+        offset = results.get("grpo_seed_offset") or 0
+        for name, runs in results["runs"].items():
+            for run in runs:
+                key = (offset, run["seed"])
+                (base if name == "vanilla" else others.setdefault(name, {}))[key] = run
+    header = (
+        "| method | accuracy | runs | method | vanilla | method - vanilla (points) | per run (offset/seed) | within a "
+        "point or ahead | entropy higher | Distinct-2 higher | pass@8 above / equal / below |\n"
+    )
+    header += "|---|---|---|---|---|---|---|---|---|---|---|\n"
+    rows = []
+    noise = []
+    getters = [("final", lambda r: r["end"]["answer_acc"]), ("mean of checkpoints", checkpoint_accuracy)]
+    for name, runs in others.items():
+        for label, get in getters:
+            keys = sorted(k for k in runs if k in base and get(runs[k]) is not None and get(base[k]) is not None)
+            if not keys:
+                continue
+            mine, theirs = [get(runs[k]) for k in keys], [get(base[k]) for k in keys]
+            diffs = [100 * (m - t) for m, t in zip(mine, theirs, strict=True)]
+            ends = [(runs[k]["end"], base[k]["end"]) for k in keys]
+            above = sum(m["pass_at_8"] > t["pass_at_8"] for m, t in ends)
+            equal = sum(m["pass_at_8"] == t["pass_at_8"] for m, t in ends)
+            spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            rows.append(
+                f"| {name} | {label} | {len(keys)} | {fmt(mine)} | {fmt(theirs)} | "
+                f"{statistics.mean(diffs):+.1f} +- {spread:.1f} | "
+                + ", ".join(f"{k[0]}/{k[1]}: {d:+.1f}" for k, d in zip(keys, diffs, strict=True))
+                + f" | {sum(d >= -100 * tolerance - 1e-9 for d in diffs)} of {len(keys)}"
+                f" | {sum(m['entropy'] > t['entropy'] for m, t in ends)} of {len(keys)}"
+                f" | {sum(m['distinct_2'] > t['distinct_2'] for m, t in ends)} of {len(keys)}"
+                f" | {above} / {equal} / {len(keys) - above - equal} |"
+            )
+    for name, runs in [("vanilla", base), *others.items()]:
+        spreads = [
+            100 * statistics.stdev(p["answer_acc"] for p in r["checkpoints"].values())
+            for r in runs.values()
+            if len(r.get("checkpoints") or {}) > 1
+        ]
+        if spreads:
+            steps = sorted(int(s) for s in next(r for r in runs.values() if r.get("checkpoints"))["checkpoints"])
+            noise.append(
+                f"{name}: accuracy across the checkpoints {steps} of one run moves by "
+                f"{statistics.mean(spreads):.1f} points (std, mean over {len(spreads)} runs; max {max(spreads):.1f})"
+            )
+    return header + "\n".join(rows) + "\n" + "".join(line + "\n" for line in noise)
 
 
 def plot(results: dict, path: str, smooth: int = 3) -> None:

@@ -1,4 +1,5 @@
-"""The GPU check and its wheel list run here on the CPU (the GPU run itself needs a GPU machine)."""
+"""Benchmark scripts' own logic: the GPU check and its wheel list on the CPU (the GPU run itself needs a GPU machine),
+the testbed study's paired comparison and held-out checkpoints."""
 
 import json
 import sys
@@ -12,7 +13,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 @pytest.fixture
 def benchmarks_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    for name in ("gpu_check", "gpu_wheels", "overhead", "math_reward_speed", "diversity_speed"):
+    for name in ("gpu_check", "gpu_wheels", "overhead", "math_reward_speed", "diversity_speed", "testbed_study"):
         sys.modules.pop(name, None)
 
 
@@ -60,3 +61,40 @@ def test_equivalent_answers_of_the_reward_benchmark_are_timed_and_mostly_right(b
     assert len(times) == len(math_reward_speed.EQUIVALENT) and all(t > 0 for t in times)
     scores = [math_accuracy(c, g) for c, g in math_reward_speed.EQUIVALENT]
     assert sum(scores) >= len(scores) - 2  # math-verify misses e^{i pi} = -1; the rest are recognised
+
+
+def _run(seed, acc, entropy=0.1, distinct_2=0.2, pass_at_8=0.9, checkpoints=None):
+    end = {"answer_acc": acc, "pass_at_1": 0.5, "pass_at_8": pass_at_8, "entropy": entropy, "distinct_2": distinct_2}
+    run = {"seed": seed, "end": end}
+    if checkpoints is not None:  # as json.load gives them back: string steps
+        run["checkpoints"] = {str(step): {**end, "answer_acc": a} for step, a in checkpoints.items()}
+    return run
+
+
+def test_paired_compares_methods_with_vanilla_run_by_run(benchmarks_on_path):
+    import testbed_study
+
+    first = {  # offset 0: seeds 0 and 1
+        "runs": {
+            "vanilla": [_run(0, 0.90, checkpoints={500: 0.80, 600: 0.90}), _run(1, 0.70, pass_at_8=0.8)],
+            "tools": [_run(0, 0.85, entropy=0.2, checkpoints={500: 0.90, 600: 0.85}), _run(1, 0.75, pass_at_8=0.8)],
+        }
+    }
+    second = {  # offset 100: seed 0; the tools' run has a lower entropy and Distinct-2
+        "grpo_seed_offset": 100,
+        "runs": {"vanilla": [_run(0, 0.60)], "tools": [_run(0, 0.595, entropy=0.05, distinct_2=0.1, pass_at_8=0.8)]},
+    }
+    text = testbed_study.paired([first, second])
+    final = next(line for line in text.splitlines() if line.startswith("| tools | final |"))
+    cells = [c.strip() for c in final.strip("|").split("|")]
+    # differences -5.0 (0/0), +5.0 (0/1), -0.5 (100/0): mean -0.17, std 5.01
+    assert cells[2] == "3" and cells[5] == "-0.2 +- 5.0"
+    assert cells[6] == "0/0: -5.0, 0/1: +5.0, 100/0: -0.5"
+    assert cells[3] == "0.732 +- 0.128" and cells[4] == "0.733 +- 0.153"
+    assert cells[7:] == ["2 of 3", "1 of 3", "0 of 3", "0 / 2 / 1"]  # within a point; entropy; Distinct-2; pass@8
+    # checkpoints: only the 0/0 pair has them; means 0.875 vs 0.85
+    ckpt = next(line for line in text.splitlines() if line.startswith("| tools | mean of checkpoints |"))
+    assert "| 1 |" in ckpt and "0/0: +2.5" in ckpt
+    # one run's movement across its checkpoints: std of (0.8, 0.9) = 7.07 points, of (0.9, 0.85) = 3.54
+    assert "vanilla: accuracy across the checkpoints [500, 600] of one run moves by 7.1 points" in text
+    assert "tools: accuracy across the checkpoints [500, 600] of one run moves by 3.5 points" in text

@@ -120,15 +120,30 @@ def check_summary(summary: dict, runs: set[str]) -> None:
 def test_recipe_default_runs_vanilla_and_tools(tmp_path):
     out = tmp_path / "run"
     proc = _run(
-        [sys.executable, str(RECIPE), *QUICK, "--output_dir", str(out), "--cache_dir", str(tmp_path / "c")], tmp_path
+        [
+            sys.executable,
+            str(RECIPE),
+            *QUICK,
+            "--eval_checkpoint_every",
+            "2",
+            "--output_dir",
+            str(out),
+            "--cache_dir",
+            str(tmp_path / "c"),
+        ],
+        tmp_path,
     )
     summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "vanilla", "final"})
+    for run in ("vanilla", "final"):  # the held-out accuracy at steps 2 and 4 (the final model) and their mean
+        checkpoints = summary[run]["answer_acc_checkpoints"]
+        assert list(checkpoints) == ["2", "4"] and checkpoints["4"] == summary[run]["answer_acc"]
+        assert summary[run]["answer_acc_last_mean"] == pytest.approx((checkpoints["2"] + checkpoints["4"]) / 2)
+    assert "held-out accuracy, mean of the last 2 checkpoints (steps 2-4)" in proc.stdout
     assert summary["task"] == "addition"
     assert summary["train"]["steps"] == 4 and summary["train"]["num_processes"] == 1
     assert summary["train"]["tools"] == {
         "token_clip": "kl_cov",
-        "sample_filter": "best_worst",
         "kl_control": "adaptive",
         "entropy_control": "aepo",
     }

@@ -110,3 +110,25 @@ def test_warm_start_is_built_once_and_cached(tmp_path):
     assert testbed.warm_start(str(tmp_path), **kwargs) == path
     assert config.stat().st_mtime_ns == stamp
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # the temporary folder was renamed into place
+
+
+def test_checkpoint_steps_by_hand():
+    assert testbed.checkpoint_steps(600, 20, 6) == [500, 520, 540, 560, 580, 600]
+    assert testbed.checkpoint_steps(600, 20, 1) == [600]
+    assert testbed.checkpoint_steps(4, 20, 6) == [4]  # a short run keeps the steps it has
+    assert testbed.checkpoint_steps(45, 20, 6) == [5, 25, 45]
+    with pytest.raises(ValueError, match="every >= 1"):
+        testbed.checkpoint_steps(600, 0, 6)
+
+
+def test_checkpoint_evaluator_records_the_steps_and_leaves_the_run_unchanged(make_trainer, tokenizer):
+    heldout = testbed.addition_problems(4, split="test")
+    plain = make_trainer()
+    plain.train()
+    checkpoints = testbed.CheckpointEvaluator([1, 2], lambda model: testbed.evaluate(model, tokenizer, heldout))
+    watched = make_trainer(trainer_kwargs={"callbacks": [checkpoints]})
+    watched.train()
+    assert sorted(checkpoints.results) == [1, 2]
+    assert {"answer_acc", "pass_at_8", "entropy"} <= set(checkpoints.results[2])
+    for (name, a), (_, b) in zip(plain.model.named_parameters(), watched.model.named_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from transformers import TrainerCallback
 
 from . import testkit
 from .core.diversity import distinct_n_batch, pass_at_k
@@ -46,11 +47,12 @@ TEACHER_OFFSETS: dict[int, float] = {0: 0.30, 1: 0.40, 2: 0.15, -1: 0.15}
 MAX_COMPLETION_LENGTH = 6
 #: Samples per held-out prompt for pass@k, entropy and Distinct-2.
 EVAL_SAMPLES = 8
-#: The default tool combination of ``recipes/math_grpo.py`` on this testbed (GRPOExtConfig fields): every family that
-#: composes at once, one member each. KL-Cov acts on the off-policy mini-batches (ratio 2e-2: about 4 tokens of the
-#: 192 per step; the paper's 2e-3 selects at most one here), adaptive KL anchors to the warm start, PF-PPO best-worst
-#: trains on each group's best and worst completion, AEPO steers entropy to 0.2 nats (about half the warm start's).
-#: ``benchmarks/testbed_study.py --suite ablation`` measures what each member costs and buys.
+#: The default tool combination of ``recipes/math_grpo.py`` on this testbed (GRPOExtConfig fields): a token clip, a KL
+#: controller and entropy control in the same step. KL-Cov acts on the off-policy mini-batches (ratio 2e-2: about 4
+#: tokens of the 192 per step; the paper's 2e-3 selects at most one here), adaptive KL anchors to the warm start, AEPO
+#: steers entropy to 0.2 nats (about half the warm start's). No sample filter: PF-PPO answers an unreliable reward and
+#: this testbed's verifier is exact; with best-worst added (:data:`ALL_ON`) the same runs kept half the entropy and no
+#: more accuracy (``benchmarks/testbed_study.py --suite ablation``; docs/results.md).
 DEFAULT_TOOLS: dict[str, Any] = {
     "token_clip": "kl_cov",
     "kl_cov_ratio": 2e-2,
@@ -58,10 +60,12 @@ DEFAULT_TOOLS: dict[str, Any] = {
     "kl_control": "adaptive",
     "kl_target": 0.1,
     "kl_horizon": 2000,
-    "sample_filter": "best_worst",
     "entropy_control": "aepo",
     "aepo_target_entropy": 0.2,
 }
+#: Every family at once, one member each: :data:`DEFAULT_TOOLS` plus PF-PPO best-worst filtering (the default of
+#: 0.2.x). The ``singles`` and ``ablation`` studies measure it against each member alone and without each member.
+ALL_ON: dict[str, Any] = {**DEFAULT_TOOLS, "sample_filter": "best_worst"}
 
 
 def all_problems() -> list[str]:
@@ -300,7 +304,35 @@ def evaluate(
     }
 
 
+class CheckpointEvaluator(TrainerCallback):
+    """Held-out numbers during training: ``evaluate(model)`` at the end of each optimizer step in ``steps``, kept in
+    ``results[step]`` (the main process evaluates; the others go on to the next step and wait for it there).
+
+    :func:`evaluate` saves and restores the random-number state and the training mode it finds, so a run trains
+    exactly as it would without this callback (tested). One run's greedy accuracy moves by several points between
+    checkpoints 20 steps apart on this testbed, so the mean over the last few is the steadier number to compare.
+    """
+
+    def __init__(self, steps, evaluate):
+        self.steps = set(steps)
+        self.evaluate = evaluate
+        self.results: dict[int, dict[str, Any]] = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step in self.steps and state.is_world_process_zero:
+            self.results[state.global_step] = self.evaluate(model)
+
+
+def checkpoint_steps(max_steps: int, every: int, count: int) -> list[int]:
+    """The last ``count`` evaluation steps ``max_steps - every * (count - 1), ..., max_steps`` that are >= 1."""
+    if every < 1 or count < 1:
+        raise ValueError(f"checkpoint_steps needs every >= 1 and count >= 1, got every={every}, count={count}.")
+    return [step for step in range(max_steps - every * (count - 1), max_steps + 1, every) if step >= 1]
+
+
 __all__ = [
+    "ALL_ON",
+    "CheckpointEvaluator",
     "DEFAULT_TOOLS",
     "EVAL_SAMPLES",
     "MAX_COMPLETION_LENGTH",
@@ -309,6 +341,7 @@ __all__ = [
     "all_problems",
     "answer_reward",
     "careless_answer",
+    "checkpoint_steps",
     "evaluate",
     "grpo_settings",
     "is_heldout",
