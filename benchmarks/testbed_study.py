@@ -121,6 +121,12 @@ def suites() -> dict[str, dict[str, Method]]:
     }
 
 
+def run_config(method: Method, common: dict) -> dict:
+    """A run's GRPOExtConfig fields beyond the testbed's: the method's, then ``--set``'s over them (it changes every
+    run; before, a method's own value silently won)."""
+    return {**method.config, **common}
+
+
 def heldout_numbers(model, tokenizer, heldout, seed: int) -> dict:
     """The held-out numbers a run records (``EVAL_KEYS`` of ``testbed.evaluate``)."""
     end = testbed.evaluate(model, tokenizer, heldout, seed=seed)
@@ -135,7 +141,7 @@ def train(
     if method.reward_noise > 0:  # train on the noisy score, log the true accuracy with weight 0
         rewards = [noisy_verifier(method.reward_noise, seed), testbed.answer_reward]
         weights = [1.0, 0.0]
-    config = {**common, **method.config}
+    config = run_config(method, common)
     args = GRPOExtConfig(
         **testbed.grpo_settings(
             output_dir=output_dir,
@@ -245,7 +251,11 @@ def main():
     )
     parser.add_argument("--checkpoints_from", type=int, default=500, metavar="STEP")
     parser.add_argument(
-        "--set", nargs="*", default=[], metavar="FIELD=VALUE", help="GRPOExtConfig fields for every run (JSON values)"
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="GRPOExtConfig fields for every run, vanilla's too, over the methods' own values (JSON values)",
     )
     args = parser.parse_args()
     if args.report:
@@ -417,14 +427,31 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
     checkpoints (``--checkpoints_every``), a second row compares the accuracy averaged over a run's checkpoints, and a
     line gives how far one run's accuracy moves between its checkpoints (std, points).
     """
-    base: dict = {}
-    others: dict = {}
+    base: dict = {}  # (settings, offset, seed) -> vanilla run
+    others: dict = {}  # method label -> {(offset, seed): run}
+    settings_of: dict = {}  # method label -> the --set of its study
     for results in saved:
         offset = results.get("grpo_seed_offset") or 0
+        settings = ", ".join(f"{k}={v}" for k, v in sorted((results.get("set") or {}).items()))
         for name, runs in results["runs"].items():
+            label = f"{name} [{settings}]" if settings and name != "vanilla" else name
+            settings_of[label] = settings
             for run in runs:
-                key = (offset, run["seed"])
-                (base if name == "vanilla" else others.setdefault(name, {}))[key] = run
+                if name == "vanilla":  # the same vanilla run in several studies: keep the one with checkpoints
+                    known = base.get((settings, offset, run["seed"]))
+                    if known is None or (run.get("checkpoints") and not known.get("checkpoints")):
+                        base[(settings, offset, run["seed"])] = run
+                else:
+                    others.setdefault(label, {})[(offset, run["seed"])] = run
+    borrowed = []
+    for label, runs in others.items():  # a --set study without vanilla runs pairs with the plain study's vanilla
+        settings = settings_of[label]
+        if settings and not any(k[0] == settings for k in base):
+            borrowed.append(label)
+        for key in runs:
+            if (settings, *key) not in base and ("", *key) in base:
+                base[(settings, *key)] = base[("", *key)]
+    base_of = {label: {k[1:]: run for k, run in base.items() if k[0] == settings_of[label]} for label in others}
     header = (
         "| method | accuracy | runs | method | vanilla | method - vanilla (points) | per run (offset/seed) | within a "
         "point or ahead | entropy higher | Distinct-2 higher | pass@8 above / equal / below |\n"
@@ -434,13 +461,14 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
     noise = []
     getters = [("final", lambda r: r["end"]["answer_acc"]), ("mean of checkpoints", checkpoint_accuracy)]
     for name, runs in others.items():
+        vanilla = base_of[name]
         for label, get in getters:
-            keys = sorted(k for k in runs if k in base and get(runs[k]) is not None and get(base[k]) is not None)
+            keys = sorted(k for k in runs if k in vanilla and get(runs[k]) is not None and get(vanilla[k]) is not None)
             if not keys:
                 continue
-            mine, theirs = [get(runs[k]) for k in keys], [get(base[k]) for k in keys]
+            mine, theirs = [get(runs[k]) for k in keys], [get(vanilla[k]) for k in keys]
             diffs = [100 * (m - t) for m, t in zip(mine, theirs, strict=True)]
-            ends = [(runs[k]["end"], base[k]["end"]) for k in keys]
+            ends = [(runs[k]["end"], vanilla[k]["end"]) for k in keys]
             above = sum(m["pass_at_8"] > t["pass_at_8"] for m, t in ends)
             equal = sum(m["pass_at_8"] == t["pass_at_8"] for m, t in ends)
             spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
@@ -453,7 +481,8 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
                 f" | {sum(m['distinct_2'] > t['distinct_2'] for m, t in ends)} of {len(keys)}"
                 f" | {above} / {equal} / {len(keys) - above - equal} |"
             )
-    for name, runs in [("vanilla", base), *others.items()]:
+    plain_vanilla = {k[1:]: run for k, run in base.items() if k[0] == ""}
+    for name, runs in [("vanilla", plain_vanilla), *others.items()]:
         spreads = [
             100 * statistics.stdev(p["answer_acc"] for p in r["checkpoints"].values())
             for r in runs.values()
@@ -465,7 +494,10 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
                 f"{name}: accuracy across the checkpoints {steps} of one run moves by "
                 f"{statistics.mean(spreads):.1f} points (std, mean over {len(spreads)} runs; max {max(spreads):.1f})"
             )
-    return header + "\n".join(rows) + "\n" + "".join(line + "\n" for line in noise)
+    notes = [
+        f"{label}: paired with the vanilla runs of the study without --set (its study has none)" for label in borrowed
+    ]
+    return header + "\n".join(rows) + "\n" + "".join(line + "\n" for line in noise + notes)
 
 
 def plot(results: dict, path: str, smooth: int = 3) -> None:

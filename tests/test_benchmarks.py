@@ -84,7 +84,8 @@ def test_paired_compares_methods_with_vanilla_run_by_run(benchmarks_on_path):
         "grpo_seed_offset": 100,
         "runs": {"vanilla": [_run(0, 0.60)], "tools": [_run(0, 0.595, entropy=0.05, distinct_2=0.1, pass_at_8=0.8)]},
     }
-    text = testbed_study.paired([first, second])
+    again = {"runs": {"vanilla": [_run(0, 0.90)]}}  # the same vanilla run in another study, without checkpoints
+    text = testbed_study.paired([first, second, again])
     final = next(line for line in text.splitlines() if line.startswith("| tools | final |"))
     cells = [c.strip() for c in final.strip("|").split("|")]
     # differences -5.0 (0/0), +5.0 (0/1), -0.5 (100/0): mean -0.17, std 5.01
@@ -98,3 +99,30 @@ def test_paired_compares_methods_with_vanilla_run_by_run(benchmarks_on_path):
     # one run's movement across its checkpoints: std of (0.8, 0.9) = 7.07 points, of (0.9, 0.85) = 3.54
     assert "vanilla: accuracy across the checkpoints [500, 600] of one run moves by 7.1 points" in text
     assert "tools: accuracy across the checkpoints [500, 600] of one run moves by 3.5 points" in text
+
+
+def test_set_changes_every_run_over_the_methods_own_values(benchmarks_on_path):
+    import testbed_study
+
+    method = testbed_study.Method({"token_clip": "kl_cov", "kl_target": 0.1})
+    assert testbed_study.run_config(method, {"kl_target": 0.3, "learning_rate": 3e-4}) == {
+        "token_clip": "kl_cov",
+        "kl_target": 0.3,
+        "learning_rate": 3e-4,
+    }
+    assert testbed_study.run_config(testbed_study.Method(), {"kl_target": 0.3}) == {"kl_target": 0.3}
+
+
+def test_paired_names_a_set_study_and_borrows_the_plain_vanilla(benchmarks_on_path):
+    import testbed_study
+
+    plain = {"runs": {"vanilla": [_run(0, 0.90)], "tools": [_run(0, 0.80)]}}
+    variant = {"set": {"kl_target": 0.3}, "runs": {"tools": [_run(0, 0.95)]}}  # --methods tools --set kl_target=0.3
+    text = testbed_study.paired([plain, variant])
+    assert "| tools | final | 1 | 0.800 +- 0.000 | 0.900 +- 0.000 | -10.0 +- 0.0 |" in text
+    assert "| tools [kl_target=0.3] | final | 1 | 0.950 +- 0.000 | 0.900 +- 0.000 | +5.0 +- 0.0 |" in text
+    assert "tools [kl_target=0.3]: paired with the vanilla runs of the study without --set" in text
+    own = {"set": {"learning_rate": 1e-3}, "runs": {"vanilla": [_run(0, 0.5)], "tools": [_run(0, 0.6)]}}
+    text = testbed_study.paired([plain, own])  # a --set study with its own vanilla pairs with it
+    assert "| tools [learning_rate=0.001] | final | 1 | 0.600 +- 0.000 | 0.500 +- 0.000 | +10.0 +- 0.0 |" in text
+    assert "without --set" not in text

@@ -48,10 +48,10 @@ MAX_COMPLETION_LENGTH = 6
 #: Samples per held-out prompt for pass@k, entropy and Distinct-2.
 EVAL_SAMPLES = 8
 #: The default tool combination of ``recipes/math_grpo.py`` on this testbed (GRPOExtConfig fields): a token clip, a KL
-#: controller and entropy control in the same step. KL-Cov acts on the off-policy mini-batches (ratio 2e-2: about 4
+#: controller and entropy control in the same step. KL-Cov acts on the off-policy mini-batches (ratio 2e-2: about 3
 #: tokens of the 192 per step; the paper's 2e-3 selects at most one here), adaptive KL anchors to the warm start, AEPO
 #: steers entropy to 0.2 nats (about half the warm start's). No sample filter: PF-PPO answers an unreliable reward and
-#: this testbed's verifier is exact; with best-worst added (:data:`ALL_ON`) the same runs kept half the entropy and no
+#: this testbed's verifier is exact; with best-worst added (:data:`ALL_ON`) the same runs kept 40% less entropy and no
 #: more accuracy (``benchmarks/testbed_study.py --suite ablation``; docs/results.md).
 DEFAULT_TOOLS: dict[str, Any] = {
     "token_clip": "kl_cov",
