@@ -401,10 +401,14 @@ def criteria(results: dict) -> str:
             t = tools[seed]["end"]
             tg = t["answer_acc"] - start["answer_acc"]
             more = t["entropy"] > end["entropy"] or t["distinct_2"] > end["distinct_2"]
+            over = ""
+            mine, theirs = checkpoint_accuracy(tools[seed]), checkpoint_accuracy(run)
+            if mine is not None and theirs is not None:
+                over = f" (mean of checkpoints {mine - theirs:+.3f}: {'ok' if mine >= theirs - 0.01 else 'MISS'})"
             lines.append(
                 f"seed {seed} tools: gain {tg:+.3f} ({'ok' if tg >= 0.10 else 'MISS'} >= +0.10), vs vanilla "
                 f"{t['answer_acc'] - end['answer_acc']:+.3f} "
-                f"({'ok' if t['answer_acc'] >= end['answer_acc'] - 0.01 else 'MISS'} >= -0.01), "
+                f"({'ok' if t['answer_acc'] >= end['answer_acc'] - 0.01 else 'MISS'} >= -0.01){over}, "
                 f"entropy {t['entropy']:.3f} vs {end['entropy']:.3f}, distinct-2 {t['distinct_2']:.3f} vs "
                 f"{end['distinct_2']:.3f} ({'ok' if more else 'MISS'}: one of them higher)"
             )
