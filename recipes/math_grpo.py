@@ -6,7 +6,7 @@ Usage:
     # The embedded default: fully offline, CPU, about 3 minutes. The learning testbed (trl_grpo_ext.testbed): a tiny
     # Llama warm-started on a careless teacher's answers to "47+8=", then GRPO with the verifier reward, twice from
     # the same start with the same budget and seed: vanilla, and with the default tools (KL-Cov on the off-policy
-    # mini-batches, adaptive KL, AEPO). Prints held-out accuracy, pass@1, pass@8, entropy and
+    # mini-batches, adaptive KL with beta capped at 0.3, AEPO). Prints held-out accuracy, pass@1, pass@8, entropy and
     # Distinct-2 side by side.
     accelerate launch recipes/math_grpo.py
     accelerate launch recipes/math_grpo.py --compare_vanilla false     # the tools' run only
