@@ -246,10 +246,17 @@ def main():
         type=int,
         default=0,
         metavar="K",
-        help="also evaluate the held-out set every K optimizer steps from --checkpoints_from on (0: only at the end): "
-        "how much one run's accuracy moves between checkpoints, and accuracies averaged over the last checkpoints",
+        help="also evaluate the held-out set at the last --checkpoints steps K apart, the final model the last (0: "
+        "only at the end; the recipe's --eval_checkpoint_every): how much one run's accuracy moves between "
+        "checkpoints, and accuracies averaged over them",
     )
-    parser.add_argument("--checkpoints_from", type=int, default=500, metavar="STEP")
+    parser.add_argument(
+        "--checkpoints",
+        type=int,
+        default=6,
+        metavar="N",
+        help="evaluations with --checkpoints_every, the final one too",
+    )
     parser.add_argument(
         "--set",
         nargs="*",
@@ -299,7 +306,11 @@ def main():
             print(f"seed {seed} R^2 picker (noise 1): {results['picker'][seed]['noise 1']}", flush=True)
         for name in names:
             began = time.perf_counter()
-            steps = range(args.checkpoints_from, args.steps, args.checkpoints_every) if args.checkpoints_every else ()
+            steps = (
+                testbed.checkpoint_steps(args.steps, args.checkpoints_every, args.checkpoints)[:-1]
+                if args.checkpoints_every
+                else []
+            )
             checkpoints = testbed.CheckpointEvaluator(
                 steps, lambda model, heldout=heldout, seed=seed: heldout_numbers(model, tok, heldout, seed)
             )
