@@ -96,7 +96,7 @@ class MathScriptArguments:
         },
     )
     eval_num_problems: int | None = field(
-        default=None, metadata={"help": "Held-out problems for the summary (default: 180 for addition, 128 chains)."}
+        default=None, metadata={"help": "Held-out problems for the summary (default: all 179 for addition, 128 chains)."}
     )
     eval_checkpoints: int = field(
         default=6,
@@ -108,8 +108,9 @@ class MathScriptArguments:
         },
     )
     eval_checkpoint_every: int = field(default=20, metadata={"help": "Steps between those held-out evaluations."})
-    eval_sampled_problems: int = field(
-        default=64, metadata={"help": "Held-out problems sampled 8 times each for pass@k, entropy and Distinct-2."}
+    eval_sampled_problems: int | None = field(
+        default=None,
+        metadata={"help": "Held-out problems sampled 8 times each for pass@k, entropy and Distinct-2 (default: all)."},
     )
     tiny_hidden_size: int = field(default=128, metadata={"help": "Width of the tiny model (model 'tiny')."})
     tiny_num_layers: int = field(default=4, metadata={"help": "Layers of the tiny model (model 'tiny')."})

@@ -71,6 +71,9 @@ def test_grpo_settings_are_the_off_policy_regime():
     assert args.is_off_policy  # 4 optimizer steps per generation: TRL computes old log-probs, the PPO clip acts
     assert args.generation_batch_size == 256 and args.num_generations == 8
     assert testbed.grpo_settings(max_steps=7)["max_steps"] == 7
+    # The learning rate decays to 0 at the last step (TRL's linear schedule), so the final model is not one draw
+    # from a policy still moving at the full rate.
+    assert args.lr_scheduler_type == "linear" and args.learning_rate == 2e-4
     GRPOExtConfig(output_dir="unused", **testbed.grpo_settings(**testbed.DEFAULT_TOOLS))  # the tools validate
 
 
@@ -96,6 +99,16 @@ def test_evaluate_numbers_are_in_range_and_follow_the_reward(tiny_model_path, to
     wrong = testbed.evaluate(model, tokenizer, problems, sampled_problems=3, reward=_always(0.0))
     for key in ("answer_acc", "pass_at_1", "pass_at_8"):
         assert right[key] == 1.0 and wrong[key] == 0.0
+    # By default every problem is sampled: a reward right on the first problem only gives pass@8 = 1/6, not 1/3.
+    first = problems["prompt"][0]
+
+    def first_only(prompts, completions, **kwargs):
+        return [1.0 if p == first else 0.0 for p in prompts]
+
+    assert testbed.evaluate(model, tokenizer, problems, reward=first_only)["pass_at_8"] == pytest.approx(1 / 6)
+    assert testbed.evaluate(model, tokenizer, problems, sampled_problems=3, reward=first_only)[
+        "pass_at_8"
+    ] == pytest.approx(1 / 3)
     for training in (True, False):  # the model's mode is restored
         model.train(training)
         testbed.evaluate(model, tokenizer, problems, sampled_problems=2)

@@ -202,7 +202,9 @@ def grpo_settings(**overrides) -> dict[str, Any]:
 
     32 prompts x 8 completions are generated at once and used in 4 optimizer steps of 64 completions
     (``steps_per_generation=4``: the off-policy mini-batch regime of verl and of the Clip-Cov / KL-Cov paper, where
-    TRL's PPO ratio clip is active); temperature 0.7; 600 optimizer steps at a constant learning rate.
+    TRL's PPO ratio clip is active); temperature 0.7; 600 optimizer steps, the learning rate decaying linearly from
+    2e-4 to 0 (TRL's default schedule). At a constant rate the last model was one draw from a moving policy: its
+    greedy held-out accuracy moved by 2.8 points (std) between checkpoints 20 steps apart; with the decay, 0.4.
     """
     settings = dict(
         per_device_train_batch_size=64,
@@ -211,7 +213,7 @@ def grpo_settings(**overrides) -> dict[str, Any]:
         max_completion_length=MAX_COMPLETION_LENGTH,
         temperature=0.7,
         learning_rate=2e-4,
-        lr_scheduler_type="constant",
+        lr_scheduler_type="linear",
         max_steps=600,
         gradient_checkpointing=False,
         use_cpu=True,
@@ -232,7 +234,7 @@ def evaluate(
     *,
     temperature: float = 0.7,
     samples: int = EVAL_SAMPLES,
-    sampled_problems: int = 64,
+    sampled_problems: int | None = None,
     seed: int = 0,
     max_new_tokens: int = MAX_COMPLETION_LENGTH,
     reward=None,
@@ -243,7 +245,7 @@ def evaluate(
     :func:`answer_reward`); any offline task with an ``answer`` column can be evaluated this way.
 
     Returns ``answer_acc`` (greedy decoding, all problems), and from ``samples`` completions at ``temperature`` for
-    the first ``sampled_problems`` problems: ``pass_at_1`` and ``pass_at_8`` (the unbiased estimator of Chen et al.
+    the first ``sampled_problems`` problems (default: all of them): ``pass_at_1`` and ``pass_at_8`` (the unbiased estimator of Chen et al.
     2021, with k = ``samples`` for the second), ``entropy`` (mean token entropy of the sampled completions, in nats, of
     the distribution they were sampled from: logits / temperature, as TRL logs it), ``distinct_2`` (Distinct-2 of the
     ``samples`` completions of a problem, averaged over problems) and three ``samples``.
@@ -267,7 +269,7 @@ def evaluate(
         greedy = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         accuracy = statistics.mean(float(r >= 1.0) for r in reward(prompts=prompts, completions=greedy, answer=answers))
 
-        sub = prompts[:sampled_problems]
+        sub = prompts if sampled_problems is None else prompts[:sampled_problems]
         repeated = [p for p in sub for _ in range(samples)]
         enc = tokenizer(repeated, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         generator_state = torch.random.get_rng_state()
@@ -297,7 +299,7 @@ def evaluate(
     token_entropy = -(logps.exp() * logps).nansum(-1)  # (N, T)
     entropy = float((token_entropy * mask).sum() / mask.sum().clamp(min=1))
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    repeated_answers = [a for a in answers[:sampled_problems] for _ in range(samples)]
+    repeated_answers = [a for a in answers[: len(sub)] for _ in range(samples)]
     correct = [float(r >= 1.0) for r in reward(prompts=repeated, completions=texts, answer=repeated_answers)]
     counts = [int(sum(correct[i * samples : (i + 1) * samples])) for i in range(len(sub))]
     content = mask & ~is_eos  # n-grams of the answer itself, without the end token
