@@ -96,7 +96,8 @@ class MathScriptArguments:
         },
     )
     eval_num_problems: int | None = field(
-        default=None, metadata={"help": "Held-out problems for the summary (default: all 179 for addition, 128 chains)."}
+        default=None,
+        metadata={"help": "Held-out problems for the summary (default: all 179 for addition, 128 for chains)."},
     )
     eval_checkpoints: int = field(
         default=6,

@@ -245,10 +245,11 @@ def evaluate(
     :func:`answer_reward`); any offline task with an ``answer`` column can be evaluated this way.
 
     Returns ``answer_acc`` (greedy decoding, all problems), and from ``samples`` completions at ``temperature`` for
-    the first ``sampled_problems`` problems (default: all of them): ``pass_at_1`` and ``pass_at_8`` (the unbiased estimator of Chen et al.
-    2021, with k = ``samples`` for the second), ``entropy`` (mean token entropy of the sampled completions, in nats, of
-    the distribution they were sampled from: logits / temperature, as TRL logs it), ``distinct_2`` (Distinct-2 of the
-    ``samples`` completions of a problem, averaged over problems) and three ``samples``.
+    the first ``sampled_problems`` problems (default: all of them): ``pass_at_1`` and ``pass_at_8`` (the unbiased
+    estimator of Chen et al. 2021, with k = ``samples`` for the second), ``entropy`` (mean token entropy of the sampled
+    completions, in nats, of the distribution they were sampled from: logits / temperature, as TRL logs it),
+    ``distinct_2`` (Distinct-2 of the ``samples`` completions of a problem, averaged over problems) and three
+    ``samples``.
     """
     reward = answer_reward if reward is None else reward
     was_training = model.training
