@@ -8,13 +8,14 @@
 
 Setting (``trl_grpo_ext.testbed``): a tiny Llama warm-started by SFT on a careless teacher's answers to ``"47+8="``,
 then GRPO with the verifier reward: 32 prompts x 8 completions per generation, 4 optimizer steps of 64 completions
-per generation (the PPO clip is active), T 0.7, learning rate 2e-4, 600 steps. Each seed has its own warm start (SFT
-seed = GRPO seed), cached in ``--cache``. Held-out: the 179 held-out prompts greedy (``answer_acc``), 64 of them x 8
-samples at T 0.7 (``pass_at_1``, ``pass_at_8``, ``entropy``, within-prompt ``distinct_2``).
+per generation (the PPO clip is active), T 0.7, learning rate 2e-4 decaying linearly to 0, 600 steps. Each seed has
+its own warm start (SFT seed = GRPO seed), cached in ``--cache``. Held-out: the 179 held-out prompts greedy
+(``answer_acc``), each of them x 8 samples at T 0.7 (``pass_at_1``, ``pass_at_8``, ``entropy``, within-prompt
+``distinct_2``).
 
 Every suite prints one table (mean +- std over seeds, methods interleaved per seed), writes the raw runs to
-``<out>/testbed_<suite>.json`` and curves to ``<out>/testbed_<suite>.png``. About 35 s per run on 2 CPU cores (AEPO
-runs: about 60 s).
+``<out>/testbed_<suite>.json`` and curves to ``<out>/testbed_<suite>.png``. About 45 s per run on one core of a 2-core
+CPU machine (AEPO runs: about 55 s); two studies side by side with ``OMP_NUM_THREADS=1`` print the same numbers.
 """
 
 from __future__ import annotations
