@@ -122,7 +122,12 @@ def test_paired_names_a_set_study_and_borrows_the_plain_vanilla(benchmarks_on_pa
     assert "| tools | final | 1 | 0.800 +- 0.000 | 0.900 +- 0.000 | -10.0 +- 0.0 |" in text
     assert "| tools [kl_target=0.3] | final | 1 | 0.950 +- 0.000 | 0.900 +- 0.000 | +5.0 +- 0.0 |" in text
     assert "tools [kl_target=0.3]: paired with the vanilla runs of the study without --set" in text
-    own = {"set": {"learning_rate": 1e-3}, "runs": {"vanilla": [_run(0, 0.5)], "tools": [_run(0, 0.6)]}}
+    own = {
+        "set": {"learning_rate": 1e-3},
+        "runs": {"vanilla": [_run(0, 0.5, checkpoints={500: 0.4, 600: 0.5})], "tools": [_run(0, 0.6)]},
+    }
     text = testbed_study.paired([plain, own])  # a --set study with its own vanilla pairs with it
     assert "| tools [learning_rate=0.001] | final | 1 | 0.600 +- 0.000 | 0.500 +- 0.000 | +10.0 +- 0.0 |" in text
     assert "without --set" not in text
+    # its vanilla's movement between checkpoints is reported under its settings (std of 0.4, 0.5: 7.1 points)
+    assert "vanilla [learning_rate=0.001]: accuracy across the checkpoints [500, 600] of one run moves by 7.1" in text
