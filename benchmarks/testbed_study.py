@@ -459,7 +459,10 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
                         base[(settings, offset, run["seed"])] = run
                 else:
                     others.setdefault(label, {})[(offset, run["seed"])] = run
-    own_vanilla = sorted({k[0] for k in base})  # the settings whose studies have vanilla runs of their own
+    vanillas = [  # each settings' own vanilla runs, taken before any are borrowed below
+        (f"vanilla [{settings}]" if settings else "vanilla", {k[1:]: r for k, r in base.items() if k[0] == settings})
+        for settings in sorted({k[0] for k in base})
+    ]
     borrowed = []
     for label, runs in others.items():  # a --set study without vanilla runs pairs with the plain study's vanilla
         settings = settings_of[label]
@@ -498,10 +501,6 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
                 f" | {sum(m['distinct_2'] > t['distinct_2'] for m, t in ends)} of {len(keys)}"
                 f" | {above} / {equal} / {len(keys) - above - equal} |"
             )
-    vanillas = [
-        (f"vanilla [{settings}]" if settings else "vanilla", {k[1:]: r for k, r in base.items() if k[0] == settings})
-        for settings in own_vanilla
-    ]
     for name, runs in [*vanillas, *others.items()]:
         spreads = [
             100 * statistics.stdev(p["answer_acc"] for p in r["checkpoints"].values())
