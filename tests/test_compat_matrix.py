@@ -218,6 +218,11 @@ ROWS: dict[str, Row] = {
     "conversational prompts": Row(chat=True),
     "gradient_checkpointing": Row(config=dict(gradient_checkpointing=True)),
     "evaluation": Row(config=dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)),
+    # trainer.evaluate() before train(), then eval_on_start: nothing read may exist only inside the training loop.
+    "evaluate before train (eval_on_start)": Row(
+        config=dict(eval_strategy="steps", eval_steps=1, eval_on_start=True, per_device_eval_batch_size=8),
+        setup=lambda trainer: trainer.evaluate(),
+    ),
     "tools (scripted tool call)": Row(
         config=dict(max_completion_length=180),  # the call (65), the tool response (84), then generated text
         trainer=lambda env: {"tools": [bump]},

@@ -713,17 +713,20 @@ SECTIONS = (
 )
 
 
+# The base order decides the positional order of the fields: dataclasses collect fields along the reversed MRO, so
+# GRPOConfig goes last here and its fields come first, in its own order (``GRPOExtConfig("out")`` is
+# ``output_dir="out"``, as for ``GRPOConfig``); the sections follow, from AdvantageConfig to CheckpointConfig.
 @dataclass
 class GRPOExtConfig(
-    GRPOConfig,
-    AdvantageConfig,
-    PRMConfig,
-    TokenClipConfig,
-    SampleFilterConfig,
-    KLControlConfig,
-    EntropyControlConfig,
-    MonitorConfig,
     CheckpointConfig,
+    MonitorConfig,
+    EntropyControlConfig,
+    KLControlConfig,
+    SampleFilterConfig,
+    TokenClipConfig,
+    PRMConfig,
+    AdvantageConfig,
+    GRPOConfig,
 ):
     r"""
     Configuration for [`GRPOExtTrainer`]: every [`~trl.GRPOConfig`] field plus the anti-collapse families below. With

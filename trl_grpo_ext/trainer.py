@@ -46,6 +46,7 @@ from .trl_compat import (
     TRL_VERSION,
     aggregate_like_loss_type,
     combined_rewards,
+    default_output_dir,
     vllm_importance_sampling_ratio,
 )
 
@@ -130,7 +131,7 @@ class TrainerHost:
 
     @property
     def accumulation_steps(self) -> int:
-        return self._trainer.current_gradient_accumulation_steps
+        return self._trainer.ext_accumulation_steps()
 
     @property
     def step_end(self) -> bool:
@@ -228,7 +229,7 @@ class TrainerHost:
             mask,
             loss_type=trainer.loss_type,
             training=mode == "train",
-            gradient_accumulation_steps=trainer.current_gradient_accumulation_steps,
+            gradient_accumulation_steps=trainer.ext_accumulation_steps(),
             steps_per_generation=self.args.steps_per_generation,
             num_processes=trainer.accelerator.num_processes,
             max_completion_length=trainer.max_completion_length,
@@ -471,13 +472,37 @@ class GRPOExtTrainer(GRPOTrainer):
         model,
         reward_funcs=None,
         args: GRPOExtConfig | None = None,
-        *positional,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+        *,
         step_reward_funcs=None,
-        **kwargs,
     ):
+        # GRPOTrainer's parameters in GRPOTrainer's order and with its defaults (tests/test_drop_in.py pins them), so
+        # every positional or keyword call that works for GRPOTrainer works here; ours are keyword-only, after them.
+        kwargs = dict(
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+            tools=tools,
+            rollout_func=rollout_func,
+            environment_factory=environment_factory,
+        )
         if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = GRPOExtConfig(f"{str(name).split('/')[-1]}-GRPOExt")
+            args = GRPOExtConfig(default_output_dir(model))
         elif not isinstance(args, GRPOExtConfig):
             raise TypeError(
                 f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig takes every "
@@ -514,7 +539,7 @@ class GRPOExtTrainer(GRPOTrainer):
                     "GRPOExtConfig.prm_model_name_or_path."
                 )
         self.ext_clock = ExtClock()  # set before super().__init__ so no hook can run without it
-        super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        super().__init__(model, reward_funcs, args, **kwargs)
         self._check_dataset_size()
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
@@ -549,12 +574,18 @@ class GRPOExtTrainer(GRPOTrainer):
                 "training would run 0 steps. Add prompts, or lower per_device_train_batch_size / steps_per_generation."
             )
 
+    def ext_accumulation_steps(self) -> int:
+        """The micro-batches of the current optimizer step. transformers sets ``current_gradient_accumulation_steps``
+        only once its training loop runs: before it (``evaluate()`` before ``train()``, ``eval_on_start``) this is
+        ``gradient_accumulation_steps``, which TRL's eval loss does not read anyway."""
+        return getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+
     def ext_generator(self, tag: str, *, per_rank: bool, device: torch.device | str) -> torch.Generator:
         """A generator seeded from (seed, global step, micro-step, tag[, rank]): reproducible, no global RNG use.
 
         ``per_rank=False`` gives every process the same stream (for decisions over gathered data).
         """
-        micro = self._step % max(self.current_gradient_accumulation_steps, 1)
+        micro = self._step % max(self.ext_accumulation_steps(), 1)
         rank = self.accelerator.process_index if per_rank else 0
         key = f"{self.args.seed}|{self.state.global_step}|{micro}|{tag}|{rank}"
         seed = int.from_bytes(key.encode(), "little") % (2**63 - 1)

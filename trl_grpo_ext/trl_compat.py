@@ -114,6 +114,15 @@ def vllm_importance_sampling_ratio(
     )
 
 
+def default_output_dir(model) -> str:
+    """The ``output_dir`` TRL 1.16's ``GRPOTrainer`` gives a run started without ``args``: ``"<model name>-GRPO"``, the
+    model's id without its owner (copied from ``GRPOTrainer.__init__``; ``tests/test_drop_in.py`` checks parity)."""
+    from trl.trainer.utils import get_config_model_id
+
+    model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+    return f"{model_name.split('/')[-1]}-GRPO"
+
+
 #: Every ``GRPOTrainer`` 1.16 method and attribute trl_grpo_ext reads or writes (all in ``trainer.py``, most behind
 #: ``TrainerHost``). A TRL port reviews exactly these; ``tests/test_boundary.py`` checks the list is complete and
 #: that each name exists in the installed TRL.
