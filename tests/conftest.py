@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -147,3 +150,18 @@ def policy_logps(trainer, out):
         out["completion_ids"].size(1),
     )
     return logps
+
+
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+
+
+@pytest.fixture(scope="session")
+def deepspeed_ops():
+    """DeepSpeed JIT-compiles its CPU communication op on first use (about a minute, then cached under
+    ``TORCH_EXTENSIONS_DIR``): built here once, outside any timed multi-process run."""
+    if not HAS_DEEPSPEED:
+        pytest.skip("DeepSpeed is not installed: pip install -e '.[test,deepspeed]' (CI does)")
+    code = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]

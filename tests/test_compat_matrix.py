@@ -139,7 +139,9 @@ def aepo_masks_tool_tokens(trainer):
     term's chunks, or the spliced rows of TRL's batch)."""
     aepo = trainer.extensions.get("entropy_control")
     if aepo is not None:
-        masks = [(c["loss_mask"], c["completion_mask"]) for c in aepo._chunks if c] + trainer.spliced_masks
+        # a chunk with an all-zero loss mask holds no sample of this process (it only keeps the forwards in step)
+        chunks = [c for c in aepo._chunks if bool(c["loss_mask"].any())]
+        masks = [(c["loss_mask"], c["completion_mask"]) for c in chunks] + trainer.spliced_masks
         assert masks and any(bool((loss < mask).any()) for loss, mask in masks)
 
 

@@ -47,6 +47,7 @@ from .trl_compat import (
     aggregate_like_loss_type,
     combined_rewards,
     default_output_dir,
+    prepare_scoring_model,
     vllm_importance_sampling_ratio,
 )
 
@@ -187,21 +188,38 @@ class TrainerHost:
     @torch.no_grad()
     def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
         """One greedy decode per (left-padded) prompt with the policy, decoded like TRL's completions (messages for
-        conversational prompts)."""
+        conversational prompts). The policy is prepared as TRL 1.16's ``_generate`` prepares it for transformers'
+        ``generate`` (ZeRO-3 parameters gathered under ``ds3_gather_for_generation``, FSDP1 parameters summoned):
+        a collective under sharded engines, so every process calls it."""
+        from trl.models import unwrap_model_for_generation
+
         trainer = self._trainer
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        generated = model.generate(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            do_sample=False,
-            max_new_tokens=trainer.max_completion_length,
-            pad_token_id=trainer._tokenizer.pad_token_id,
-            eos_token_id=trainer.eos_token_ids,
-        )
+        with (
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+            ) as model,
+            trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
+        ):
+            generated = model.generate(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                do_sample=False,
+                max_new_tokens=trainer.max_completion_length,
+                pad_token_id=trainer._tokenizer.pad_token_id,
+                eos_token_id=trainer.eos_token_ids,
+            )
         texts = trainer._tokenizer.batch_decode(generated[:, prompt_ids.size(1) :], skip_special_tokens=True)
         if prompts and isinstance(prompts[0], list):  # conversational
             return [[{"role": "assistant", "content": text}] for text in texts]
         return texts
+
+    def prepare_scoring_model(self, model):
+        """A frozen scoring model placed like TRL's reward models for the engine in use (DeepSpeed, FSDP, DDP)."""
+        trainer = self._trainer
+        return prepare_scoring_model(model, trainer.accelerator, deepspeed=trainer.is_deepspeed_enabled)
 
     def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
         """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones are skipped);
@@ -746,32 +764,34 @@ class GRPOExtTrainer(GRPOTrainer):
             out["advantages"] = advantages
             if KEEP_KEY in out:
                 out[KEEP_KEY][:rows] = True
-            input_ids = torch.cat([out["prompt_ids"][:rows], out["completion_ids"][:rows]], dim=1)
-            attention_mask = torch.cat([out["prompt_mask"][:rows], out["completion_mask"][:rows]], dim=1)
-            if "old_per_token_logps" in out:  # TRL keeps them when the batch is reused off-policy (or for vLLM IS)
-                out["old_per_token_logps"][:rows] = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, t_width
-                )[0]
-            if "ref_per_token_logps" in out:
-                out["ref_per_token_logps"][:rows] = self._ext_reference_logps(input_ids, attention_mask, t_width)
-            if "sampling_per_token_logps" in out:
-                sampling = new.get("sampling_logps")
-                if sampling is None:
-                    sampling = torch.full_like(new["completion_mask"], math.nan, dtype=torch.float32)
-                out["sampling_per_token_logps"][:rows] = _widen(sampling, t_width, 0.0).to(
-                    out["sampling_per_token_logps"].dtype
-                )
-            if "importance_sampling_ratio" in out:
-                ratio = out["importance_sampling_ratio"]
-                if ratio.size(1) > 1:
-                    ratio = _widen(ratio, t_width, 1.0)
-                mask = out["completion_mask"][:rows] * out.get("tool_mask", out["completion_mask"])[:rows]
-                ratio[:rows] = self.ext_host.vllm_is_ratio(
-                    out["old_per_token_logps"][:rows],
-                    out["sampling_per_token_logps"][:rows],
-                    mask.to(out["old_per_token_logps"].dtype),
-                ).to(ratio.dtype)
-                out["importance_sampling_ratio"] = ratio
+        # Forwards are collectives under FSDP / ZeRO-3 (parameters are gathered layer by layer): every process runs the
+        # same ones whatever its splice holds, a process with nothing to splice on one of its own rows, result unused.
+        n, width = max(rows, 1), out["completion_ids"].size(1)
+        input_ids = torch.cat([out["prompt_ids"][:n], out["completion_ids"][:n]], dim=1)
+        attention_mask = torch.cat([out["prompt_mask"][:n], out["completion_mask"][:n]], dim=1)
+        if "old_per_token_logps" in out:  # TRL keeps them when the batch is reused off-policy (or for vLLM IS)
+            old = self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, width)[0]
+            out["old_per_token_logps"][:rows] = old[:rows]
+        if "ref_per_token_logps" in out:
+            out["ref_per_token_logps"][:rows] = self._ext_reference_logps(input_ids, attention_mask, width)[:rows]
+        if rows and "sampling_per_token_logps" in out:
+            sampling = new.get("sampling_logps")
+            if sampling is None:
+                sampling = torch.full_like(new["completion_mask"], math.nan, dtype=torch.float32)
+            out["sampling_per_token_logps"][:rows] = _widen(sampling, width, 0.0).to(
+                out["sampling_per_token_logps"].dtype
+            )
+        if rows and "importance_sampling_ratio" in out:
+            ratio = out["importance_sampling_ratio"]
+            if ratio.size(1) > 1:
+                ratio = _widen(ratio, width, 1.0)
+            mask = out["completion_mask"][:rows] * out.get("tool_mask", out["completion_mask"])[:rows]
+            ratio[:rows] = self.ext_host.vllm_is_ratio(
+                out["old_per_token_logps"][:rows],
+                out["sampling_per_token_logps"][:rows],
+                mask.to(out["old_per_token_logps"].dtype),
+            ).to(ratio.dtype)
+            out["importance_sampling_ratio"] = ratio
         loss_mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
 

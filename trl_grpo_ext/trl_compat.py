@@ -114,6 +114,18 @@ def vllm_importance_sampling_ratio(
     )
 
 
+def prepare_scoring_model(model, accelerator, *, deepspeed: bool):
+    """A frozen scoring model (a PRM) placed as TRL 1.16's ``GRPOTrainer.__init__`` places its reward models: under
+    DeepSpeed wrapped by TRL's ``prepare_deepspeed`` (under ZeRO-3 ``from_pretrained`` has already partitioned it, and
+    only the engine gathers its parameters for a forward), otherwise through accelerate's evaluation-mode
+    ``prepare_model`` (under FSDP it is sharded like the policy). Under both its forwards are collectives."""
+    if deepspeed:
+        from trl.models import prepare_deepspeed
+
+        return prepare_deepspeed(model, accelerator)
+    return accelerator.prepare_model(model, evaluation_mode=True, device_placement=True)
+
+
 def default_output_dir(model) -> str:
     """The ``output_dir`` TRL 1.16's ``GRPOTrainer`` gives a run started without ``args``: ``"<model name>-GRPO"``, the
     model's id without its owner (copied from ``GRPOTrainer.__init__``; ``tests/test_drop_in.py`` checks parity)."""
@@ -135,6 +147,7 @@ TRL_SURFACE = (
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
     # private methods and buffers it calls or edits
+    "_dist",
     "_generate",
     "_log_completion_extra",
     "_log_metric",

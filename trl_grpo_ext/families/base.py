@@ -104,6 +104,10 @@ class Host(Protocol):
     def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
         """One greedy decode per (left-padded) prompt, decoded as TRL decodes completions."""
 
+    def prepare_scoring_model(self, model):
+        """A frozen scoring model (a PRM) placed as TRL places its reward models for the engine in use: wrapped by
+        DeepSpeed under ZeRO-3, sharded under FSDP. Its forwards are then collectives: run as many on every process."""
+
     def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
         """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones skipped)."""
 

@@ -177,20 +177,24 @@ class AEPO(Extension):
     @torch.no_grad()
     def _build_chunks(self, rollout: Rollout, rows: list[int]) -> list[dict[str, torch.Tensor]]:
         """Term mode: the kept samples in ``steps_per_generation`` micro-chunks of one fixed size, padded as TRL pads
-        its batch (``Host.rollout_tensors``), with old log-probs and, under vLLM's correction, TRL's IS ratio."""
+        its batch (``Host.rollout_tensors``), with old log-probs and, under vLLM's correction, TRL's IS ratio.
+
+        Every process builds ``steps_per_generation`` chunks whatever it kept: a chunk with no sample of this process
+        holds its first regenerated row with an all-zero loss mask, so that the policy forwards (collectives under
+        FSDP / ZeRO-3) run on every process in every micro-step and the term adds exactly 0 there.
+        """
         host = self.host
         spg = self.args.steps_per_generation
         size = max(1, math.ceil(len(rows) / spg))
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
-            if not part:
-                chunks.append({})
-                continue
-            chunk = host.rollout_tensors(rollout.select(part))
+            chunk = host.rollout_tensors(rollout.select(part or [0]))
             tool = chunk.pop("tool_mask", None)
             sampling = chunk.pop("sampling_logps", None)
             chunk["loss_mask"] = chunk["completion_mask"] if tool is None else chunk["completion_mask"] * tool
+            if not part:
+                chunk["loss_mask"] = torch.zeros_like(chunk["loss_mask"])
             chunk["old_logps"] = host.policy_logps(chunk)[0].detach()
             if sampling is not None:
                 ratio = host.vllm_is_ratio(
@@ -208,9 +212,8 @@ class AEPO(Extension):
         if ctx.mode != "train" or not self._chunks:
             return None
         chunk = self._chunks[self.host.micro_step % len(self._chunks)]
-        if not chunk:
-            return None
         quantile = self.host.top_entropy_quantile
+        # On every process, in every micro-step (a forward is a collective under FSDP / ZeRO-3; see _build_chunks).
         logps, entropies = self.host.policy_logps(chunk, compute_entropy=quantile < 1.0)  # (b, t)
         mask = chunk["loss_mask"]
         if quantile < 1.0:
@@ -221,7 +224,8 @@ class AEPO(Extension):
             per_token = per_token * chunk["is_ratio"]
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
         loss = self.args.aepo_coef * loss / self.host.accumulation_steps
-        self.log_metric("train", "aepo/loss", float(loss.detach()))
+        if bool(chunk["loss_mask"].any()):
+            self.log_metric("train", "aepo/loss", float(loss.detach()))
         return loss
 
     def after_loss(self, ctx: LossContext) -> None:

@@ -90,10 +90,12 @@ class PassAtK(Extension):
         host, out = self.host, batch.output
         # one row per prompt: the first of each group (groups may span processes)
         rows = [i for i in range(out["prompt_ids"].size(0)) if (batch.process_slice.start + i) % batch.group_size == 0]
+        # Every process decodes (a collective under FSDP / ZeRO-3), one with no group start on its first row, unscored.
+        decode = rows or [0]
+        prompts = [batch.prompts[i] for i in decode]
+        completions = host.greedy_completions(out["prompt_ids"][decode], out["prompt_mask"][decode], prompts)
         local_correct = torch.zeros(0, device=host.device)
         if rows:
-            prompts = [batch.prompts[i] for i in rows]
-            completions = host.greedy_completions(out["prompt_ids"][rows], out["prompt_mask"][rows], prompts)
             total = host.score_rule_based([batch.inputs[i] for i in rows], prompts, completions)
             local_correct = (torch.nan_to_num(total, nan=float("-inf")) >= self.args.eval_pass_threshold).float()
         stats = torch.stack([local_correct.sum(), torch.tensor(float(len(rows)), device=host.device)])

@@ -46,6 +46,9 @@ class PRMAdvantage(Extension):
                     bad_token=args.prm_causal_bad_token,
                     **kwargs,
                 )
+            # Placed like TRL's reward models (ZeRO-3: a DeepSpeed engine; FSDP: sharded). Its forwards are then
+            # collectives: every process scores its B completions in the same ceil(B / prm_batch_size) forwards.
+            model.model = host.prepare_scoring_model(model.model)
             self.sources.append(model)
         if not self.sources:
             raise ValueError(

@@ -1,0 +1,130 @@
+"""Run under ``torchrun --nproc_per_node 2`` by tests/test_sharded.py: every family on, one engine (ddp / fsdp2 /
+zero3), one AEPO mode; rank 1's rewards are constant, so its groups have no positive advantage and AEPO has nothing to
+splice (or no term chunk) there by construction. Writes what each rank saw as JSON.
+
+    python -m torch.distributed.run --nproc_per_node 2 tests/sharded_worker.py OUT ENGINE AEPO_MODE [PRM_MODEL]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import engines  # noqa: E402
+
+from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit  # noqa: E402
+from trl_grpo_ext.config import AEPO_0_1_0  # noqa: E402
+
+
+def rank_one_is_flat(completions, answer, **kwargs):
+    """Exact match plus the digit fraction on rank 0; a constant on rank 1, whose groups then have advantage 0
+    everywhere: AEPO has no candidate there, so rank 1's splice is empty (term mode: no chunk holds its samples)."""
+    if dist.get_rank() == 1:
+        return [0.5] * len(completions)
+    exact = testkit.exact_match_reward(completions, answer, **kwargs)
+    digits = testkit.digit_fraction_reward(completions, **kwargs)
+    return [a + 0.5 * b for a, b in zip(exact, digits, strict=True)]
+
+
+def digit_steps(prompts, completions, steps, **kwargs):
+    return [[sum(ch.isdigit() for ch in s) / len(s) for s in row] for row in steps]
+
+
+def main():
+    out_dir, engine, aepo_mode = sys.argv[1:4]
+    prm_model = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
+    engine_fields = engines.enable(engine, out_dir)
+    aepo = dict(entropy_control="aepo", aepo_adv_threshold=0.0)
+    aepo.update(AEPO_0_1_0 if aepo_mode == "term" else dict(aepo_regenerate_fraction=1.0))
+    prm = dict(advantage_estimator="prm", prm_outcome_coef=1.0)
+    if prm_model is not None:
+        prm.update(prm_model_name_or_path=prm_model, prm_step_separator="+")
+    args = GRPOExtConfig(
+        output_dir=os.path.join(out_dir, "run"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        bf16=False,
+        seed=0,
+        save_strategy="no",
+        disable_tqdm=True,
+        ddp_timeout=60,  # a collective one process never joins fails in a minute, not after the default 30
+        loss_type="grpo",
+        num_iterations=2,
+        token_clip="kl_cov",
+        token_clip_scope="global",
+        kl_cov_ratio=0.05,
+        # term mode: nonzero_std, which keeps no row of rank 1 (its groups are flat); splice mode: best_worst
+        sample_filter="nonzero_std" if aepo_mode == "term" else "best_worst",
+        beta=0.04,
+        kl_control="adaptive",
+        kl_target=0.01,
+        kl_horizon=50,
+        diversity_metrics=["distinct", "repetition", "entropy"],
+        eval_strategy="steps",
+        eval_steps=3,
+        per_device_eval_batch_size=4,
+        eval_pass_at_k=[1, 2],
+        eval_pass_greedy=True,
+        **prm,
+        **aepo,
+        **engine_fields,
+    )
+    trainer = GRPOExtTrainer(
+        model=os.path.join(out_dir, "model"),
+        reward_funcs=[rank_one_is_flat],
+        args=args,
+        train_dataset=testkit.arithmetic_dataset(64, seed=0),
+        eval_dataset=testkit.arithmetic_dataset(2, seed=9),  # one prompt per process: one greedy row on each
+        processing_class=testkit.build_char_tokenizer(),
+        step_reward_funcs=[digit_steps],
+    )
+    spliced = []
+    apply = trainer._apply_splice
+
+    def count_splice(batch, splice):
+        spliced.append(len(splice.rollout.completion_ids))
+        apply(batch, splice)
+
+    trainer._apply_splice = count_splice
+    models = {"policy": trainer.model}
+    if trainer.ref_model is not None:
+        models["ref"] = trainer.ref_model
+    log = engines.CollectiveLog().install(models) if engine == "ddp" else None
+    trainer.train()
+    aepo_member = trainer.extensions["entropy_control"]
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    result = {
+        "engine": trainer.accelerator.distributed_type.name,
+        "sharded": engines.is_sharded(trainer),
+        "losses": [h["loss"] for h in logs],
+        "betas": [h["kl/beta"] for h in logs] + [trainer.beta],
+        "aepo_state": [aepo_member.last_entropy, aepo_member.temperature],
+        "aepo_samples": [h.get("aepo/samples_used", 0.0) for h in logs],
+        "aepo_chunk_rows": [int(c["loss_mask"].any(dim=1).sum()) for c in getattr(aepo_member, "_chunks", [])],
+        "spliced_rows": spliced,
+        "eval": {k: v for h in evals for k, v in h.items() if k.startswith("eval_pass@k") or k == "eval_loss"},
+        "events": None if log is None else log.events,
+        "finite": all(math.isfinite(x) for x in [h["loss"] for h in logs]),
+    }
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, result)
+    if dist.get_rank() == 0:
+        with open(os.path.join(out_dir, f"{engine}_{aepo_mode}.json"), "w") as f:
+            json.dump(gathered, f)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()
