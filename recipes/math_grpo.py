@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from accelerate import PartialState
+from accelerate.state import AcceleratorState
+from accelerate.utils import DistributedType
 from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import ModelConfig, TrlParser
 
@@ -311,6 +313,19 @@ def with_checkpoints(final: dict, checkpoints, steps: int) -> dict:
     return {**final, "answer_acc_checkpoints": accuracies, "answer_acc_last_mean": statistics.mean(accuracies.values())}
 
 
+def sharded_parameters(model) -> str:
+    """How many of the policy's parameter tensors this process holds only a part of (FSDP2 ``DTensor`` shards,
+    DeepSpeed ZeRO-3 partitions), e.g. "14 of 20"; "0 of 20" under DDP or one process."""
+    from torch.distributed.tensor import DTensor
+
+    params = list(model.parameters())
+    # ZeRO-3: ``ds_tensor`` is this process's partition (``p`` itself may be gathered at the moment)
+    split = sum(
+        isinstance(p, DTensor) or getattr(p, "ds_tensor", p).numel() < getattr(p, "ds_numel", 0) for p in params
+    )
+    return f"{split} of {len(params)}"
+
+
 def switched_on(args: GRPOExtConfig) -> dict:
     """The families that differ from vanilla, for the printout."""
     vanilla = args.without_extensions()
@@ -351,8 +366,12 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
         )
     evaluate = heldout_evaluator(script_args, training_args, tokenizer)
     summary: dict = {"task": script_args.synthetic_task if synthetic else script_args.dataset_name}
-    if evaluate is not None and state.is_main_process:
-        summary["start"] = evaluate(AutoModelForCausalLM.from_pretrained(model_path))
+    # Every process evaluates, the main one keeps the numbers: under FSDP / ZeRO-3 a forward is a collective.
+    if evaluate is not None:
+        start = AutoModelForCausalLM.from_pretrained(model_path)
+        with testbed.whole_parameters(start):  # loaded under a ZeRO-3 config: partitioned, gathered here
+            summary["start"] = evaluate(start)
+        del start
 
     reward_funcs = [REWARD_FUNCS.get(name) for name in script_args.reward_funcs]
     step_funcs = None
@@ -371,20 +390,27 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
         )
         histories["vanilla"] = vanilla.state.log_history
         train_info["vanilla_final_entropy"] = _last(vanilla.state.log_history, "entropy")
-        if evaluate is not None and state.is_main_process:
+        if evaluate is not None:
             summary["vanilla"] = with_checkpoints(evaluate(vanilla.model), checkpoints, vanilla.state.global_step)
         del vanilla
         gc.collect()
+        if state.distributed_type == DistributedType.DEEPSPEED:
+            # accelerate 1.16 refuses a second Accelerator with a DeepSpeed plugin in one process ("You cannot pass in
+            # a `deepspeed_plugin` when creating a second `Accelerator`"): the vanilla run is over and its engine
+            # released, so the tools' Trainer starts accelerate's state afresh (the process group stays).
+            AcceleratorState._reset_state()
 
     checkpoints = checkpoint_evaluator(script_args, training_args, evaluate)
     trainer = train_once(
         model_path, training_args, reward_funcs, train, tokenizer, step_funcs, [checkpoints] if checkpoints else ()
     )
     histories["tools"] = trainer.state.log_history
+    if evaluate is not None:
+        summary["final"] = with_checkpoints(evaluate(trainer.model), checkpoints, trainer.state.global_step)
     if state.is_main_process:
-        if evaluate is not None:
-            summary["final"] = with_checkpoints(evaluate(trainer.model), checkpoints, trainer.state.global_step)
         train_info.update(
+            engine=trainer.accelerator.distributed_type.value,
+            sharded_parameters=sharded_parameters(trainer.model),
             steps=trainer.state.global_step,
             final_entropy=_last(trainer.state.log_history, "entropy"),
             final_beta=trainer.beta,

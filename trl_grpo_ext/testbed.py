@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -314,9 +315,31 @@ def evaluate(
     }
 
 
+@contextlib.contextmanager
+def whole_parameters(model):
+    """``model`` with every parameter whole on this process inside the block, for :func:`evaluate`.
+
+    A model loaded while a DeepSpeed ZeRO-3 config is active (``from_pretrained`` under ``zero.Init``) holds only
+    this process's partition of each parameter and no engine to gather them: its parameters are gathered here (a
+    collective: every process enters the block). Anything else is left as it is: a model trained under ZeRO-3 or
+    FSDP gathers its parameters in every forward (every process must then evaluate too), and one process or DDP holds
+    them whole.
+    """
+    partitioned = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    engine_managed = any(hasattr(module, "ds_grads_remaining") for module in model.modules())
+    if not partitioned or engine_managed:
+        yield model
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(partitioned):
+        yield model
+
+
 class CheckpointEvaluator(TrainerCallback):
     """Held-out numbers during training: ``evaluate(model)`` at the end of each optimizer step in ``steps``, kept in
-    ``results[step]`` (the main process evaluates; the others go on to the next step and wait for it there).
+    ``results[step]``. Every process evaluates (under FSDP / ZeRO-3 a forward is a collective); the main process keeps
+    the numbers.
 
     :func:`evaluate` saves and restores the random-number state and the training mode it finds, so a run trains
     exactly as it would without this callback (tested). The spread over the last few checkpoints says whether a run
@@ -330,8 +353,10 @@ class CheckpointEvaluator(TrainerCallback):
         self.results: dict[int, dict[str, Any]] = {}
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step in self.steps and state.is_world_process_zero:
-            self.results[state.global_step] = self.evaluate(model)
+        if state.global_step in self.steps:
+            result = self.evaluate(model)
+            if state.is_world_process_zero:
+                self.results[state.global_step] = result
 
 
 def checkpoint_steps(max_steps: int, every: int, count: int) -> list[int]:
@@ -359,4 +384,5 @@ __all__ = [
     "sft_dataset",
     "solve",
     "warm_start",
+    "whole_parameters",
 ]
