@@ -1,12 +1,203 @@
-"""Held-out evaluation of a policy on the synthetic multi-step task: answer accuracy, step accuracy, Distinct-2."""
+"""Held-out evaluation that does not depend on the training reward.
+
+Reward-independent metrics (docs/results.md reports them; ``../shared/spec/EVIDENCE.md`` says why):
+
+- :func:`pass_at_k_curve`: the unbiased pass@k of Chen et al. 2021 (eq. 1) for k = 1, 2, 4, ..., n from n samples per
+  prompt, the curve rather than one point (collapse shows at large k);
+- :func:`distinct_correct`: per prompt, the number of *different* correct completions among the n samples (after a
+  normalisation that says when two completions are the same solution);
+- :func:`proxy_gold_gap`: where the training reward is a proxy, the gold score beside it and their gap;
+- :func:`sampled_evaluation`: all three from a model's sampled completions on held-out prompts, and
+  :class:`SampledEvaluationCallback`, the same at chosen training steps;
+- :func:`evaluate_multistep`: greedy answer and step accuracy on the synthetic multi-step task.
+"""
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
+from transformers import TrainerCallback
 
 from . import testkit
-from .core.diversity import distinct_n
+from .core.diversity import distinct_n, pass_at_k
 from .prm.segmentation import segment_completion
+
+
+def pass_at_k_ks(n: int) -> list[int]:
+    """k = 1, 2, 4, ... up to n (n itself included): the points of the pass@k curve from n samples."""
+    if n < 1:
+        raise ValueError(f"pass@k needs n >= 1 samples per prompt, got n={n}.")
+    ks = [2**i for i in range(int(math.log2(n)) + 1)]
+    return ks if ks[-1] == n else [*ks, n]
+
+
+def pass_at_k_curve(correct_counts: Sequence[int], n: int, ks: Sequence[int] | None = None) -> dict[int, float]:
+    """Mean over prompts of the unbiased pass@k, ``1 - C(n - c, k) / C(n, k)`` (Chen et al. 2021, "Evaluating Large
+    Language Models Trained on Code", eq. 1), for each k of ``ks`` (default :func:`pass_at_k_ks`).
+
+    Args:
+        correct_counts: per prompt, c = how many of its n samples are correct.
+        n: samples per prompt (the same for every prompt).
+        ks: the k to report, each in [1, n].
+
+    Returns:
+        {k: mean pass@k}.
+    """
+    if not correct_counts:
+        raise ValueError("pass_at_k_curve needs at least one prompt.")
+    ks = pass_at_k_ks(n) if ks is None else list(ks)
+    return {k: statistics.fmean(pass_at_k(n, int(c), k) for c in correct_counts) for k in ks}
+
+
+def distinct_correct(
+    completions: Sequence[Sequence[str]],
+    correct: Sequence[Sequence[bool]],
+    *,
+    normalise: Callable[[str], Any] = str.strip,
+) -> list[int]:
+    """Per prompt, the number of different correct completions among its samples.
+
+    Args:
+        completions: per prompt, its n sampled completions (text).
+        correct: per prompt, whether each completion is correct (the gold verifier, not a proxy reward).
+        normalise: maps a completion to the solution it stands for; two correct completions count once when their
+            normalised forms are equal (default: strip white space).
+    """
+    if len(completions) != len(correct):
+        raise ValueError(f"{len(completions)} prompts of completions but {len(correct)} of correctness flags.")
+    counts = []
+    for i, (texts, flags) in enumerate(zip(completions, correct, strict=True)):
+        if len(texts) != len(flags):
+            raise ValueError(f"prompt {i}: {len(texts)} completions but {len(flags)} correctness flags.")
+        counts.append(len({normalise(t) for t, ok in zip(texts, flags, strict=True) if ok}))
+    return counts
+
+
+def proxy_gold_gap(proxy: Sequence[float], gold: Sequence[float]) -> dict[str, float]:
+    """Mean proxy reward, mean gold score and ``gap = proxy - gold`` over the same completions (design document sec.
+    8.2: a proxy that keeps rising while gold falls is the policy exploiting the proxy)."""
+    if len(proxy) != len(gold) or not proxy:
+        raise ValueError(f"proxy and gold need the same, non-zero length; got {len(proxy)} and {len(gold)}.")
+    mean_proxy, mean_gold = statistics.fmean(proxy), statistics.fmean(gold)
+    return {"proxy": mean_proxy, "gold": mean_gold, "gap": mean_proxy - mean_gold}
+
+
+@torch.no_grad()
+def sample_completions(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    *,
+    samples: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    batch_size: int = 512,
+) -> list[list[str]]:
+    """``samples`` completions per prompt (text, special tokens dropped), sampled at ``temperature`` from the full
+    distribution (no top-k / top-p); the global random state is restored afterwards, so training is unaffected."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    repeated = [p for p in prompts for _ in range(samples)]
+    texts: list[str] = []
+    side = tokenizer.padding_side
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        tokenizer.padding_side = "left"
+        for start in range(0, len(repeated), batch_size):
+            enc = tokenizer(
+                repeated[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(device)
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=True,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    finally:
+        torch.random.set_rng_state(state)
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return [texts[i * samples : (i + 1) * samples] for i in range(len(prompts))]
+
+
+def sampled_evaluation(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    *,
+    gold: Callable[[list[str], list[str]], list[bool]],
+    samples: int = 64,
+    temperature: float = 1.0,
+    max_new_tokens: int = 32,
+    seed: int = 0,
+    normalise: Callable[[str], Any] = str.strip,
+    proxy: Callable[[list[str], list[str]], list[float]] | None = None,
+) -> dict[str, Any]:
+    """Reward-independent held-out numbers from ``samples`` completions per prompt.
+
+    Args:
+        gold: ``gold(prompts, completions) -> [bool]``, whether each completion is correct (one entry per completion,
+            prompts repeated alongside).
+        proxy: the training reward when it is a proxy of ``gold``: ``proxy(prompts, completions) -> [float]``.
+
+    Returns:
+        ``pass_at_k`` ({k: value} for k = 1, 2, 4, ..., ``samples``), ``distinct_correct`` (mean over prompts),
+        ``distinct_correct_per_prompt``, ``gold`` (mean correctness of the samples), and with ``proxy`` also
+        ``proxy`` and ``gap``.
+    """
+    sampled = sample_completions(
+        model, tokenizer, prompts, samples=samples, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed
+    )
+    flat_prompts = [p for p in prompts for _ in range(samples)]
+    flat = [t for row in sampled for t in row]
+    flags = [bool(x) for x in gold(flat_prompts, flat)]
+    per_prompt = [flags[i * samples : (i + 1) * samples] for i in range(len(prompts))]
+    distinct = distinct_correct(sampled, per_prompt, normalise=normalise)
+    result: dict[str, Any] = {
+        "pass_at_k": pass_at_k_curve([sum(f) for f in per_prompt], samples),
+        "distinct_correct": statistics.fmean(distinct),
+        "distinct_correct_per_prompt": distinct,
+        "gold": statistics.fmean(float(f) for f in flags),
+    }
+    if proxy is not None:
+        gap = proxy_gold_gap([float(x) for x in proxy(flat_prompts, flat)], [float(f) for f in flags])
+        result.update(proxy=gap["proxy"], gap=gap["gap"])
+    return result
+
+
+class SampledEvaluationCallback(TrainerCallback):
+    """:func:`sampled_evaluation` at the end of the optimizer steps in ``steps``, kept in ``results[step]``; every
+    process evaluates (under FSDP / ZeRO-3 a forward is a collective), the main process keeps the numbers.
+
+    Example:
+        >>> callback = SampledEvaluationCallback([100, 200], tokenizer, prompts, gold=my_verifier, samples=64)
+        >>> trainer.add_callback(callback); trainer.train(); callback.results[200]["pass_at_k"][64]
+    """
+
+    def __init__(self, steps: Sequence[int], tokenizer, prompts: Sequence[str], **kwargs):
+        self.steps = set(steps)
+        self.tokenizer = tokenizer
+        self.prompts = list(prompts)
+        self.kwargs = kwargs
+        self.results: dict[int, dict[str, Any]] = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step in self.steps:
+            result = sampled_evaluation(model, self.tokenizer, self.prompts, **self.kwargs)
+            if state.is_world_process_zero:
+                self.results[state.global_step] = result
 
 
 @torch.no_grad()

@@ -155,18 +155,49 @@ def warm_start(
     Under ``accelerate`` / ``torchrun`` call it on every process, like any trainer: they train together and the main
     process writes the folder (to a temporary name, renamed when complete).
     """
+    name = f"careless-h{hidden_size}-l{num_layers}-n{examples}-lr{learning_rate:g}-b{batch_size}-s{seed}-v1"
+    path = os.path.join(cache_dir, name)
+    return sft_warm_start(
+        path,
+        lambda: sft_dataset(examples, seed=seed),
+        seed=seed,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        use_cpu=use_cpu,
+        log=lambda: log(f"[testbed] SFT warm start (seed {seed}, {examples} careless-teacher rows), cached in {path}"),
+    )
+
+
+def sft_warm_start(
+    path: str,
+    dataset,
+    *,
+    seed: int,
+    learning_rate: float,
+    batch_size: int,
+    hidden_size: int,
+    num_layers: int,
+    use_cpu: bool,
+    log=lambda: None,
+) -> str:
+    """A tiny random Llama fine-tuned by TRL's ``SFTTrainer`` for one epoch on ``dataset()`` (prompt-completion rows,
+    built only when the folder is missing), saved to ``path`` with its tokenizer; reused when ``path`` exists.
+
+    Every process trains (call it on every process under ``accelerate`` / ``torchrun``); the main one writes the folder
+    to a temporary name and renames it when complete, so a half-written folder is never taken for a warm start.
+    """
     from accelerate import PartialState
     from trl import SFTConfig, SFTTrainer
 
-    name = f"careless-h{hidden_size}-l{num_layers}-n{examples}-lr{learning_rate:g}-b{batch_size}-s{seed}-v1"
-    path = os.path.join(cache_dir, name)
     if os.path.exists(os.path.join(path, "config.json")):
         return path
     state = PartialState()
     tokenizer = testkit.build_char_tokenizer()
     model = testkit.build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
     args = SFTConfig(
-        output_dir=os.path.join(cache_dir, f"{name}-run"),
+        output_dir=f"{path}-run",
         num_train_epochs=1,
         learning_rate=learning_rate,
         per_device_train_batch_size=max(1, batch_size // state.num_processes),
@@ -179,10 +210,8 @@ def warm_start(
         seed=seed,
     )
     if state.is_main_process:
-        log(f"[testbed] SFT warm start (seed {seed}, {examples} careless-teacher rows), cached in {path}")
-    trainer = SFTTrainer(
-        model=model, args=args, train_dataset=sft_dataset(examples, seed=seed), processing_class=tokenizer
-    )
+        log()
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset(), processing_class=tokenizer)
     trainer.train()
     tmp = f"{path}.tmp-{os.getpid()}"
     trainer.save_model(tmp)  # writes on the main process only
@@ -382,6 +411,7 @@ __all__ = [
     "grpo_settings",
     "is_heldout",
     "sft_dataset",
+    "sft_warm_start",
     "solve",
     "warm_start",
     "whole_parameters",
