@@ -112,9 +112,7 @@ def test_paper_ratios_and_inactive_ratios_do_not_warn():
 
 def test_every_extension_field_documented_and_literal_switches():
     ours = [
-        f
-        for f in dataclasses.fields(GRPOExtConfig)
-        if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}
+        f for f in dataclasses.fields(GRPOExtConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}
     ]
     assert len(ours) >= 15
     hints = typing.get_type_hints(GRPOExtConfig)
