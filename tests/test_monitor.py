@@ -408,6 +408,29 @@ def test_plot_command_on_a_real_run(make_trainer, tmp_path):
         load_log_history(tmp_path)
 
 
+def test_plots_give_each_run_one_colour_and_each_metric_one_line_style(tmp_path, monkeypatch):
+    """start / vanilla / tools stay apart in every panel: a run keeps its colour across panels, a panel's metrics
+    differ by line style."""
+    import matplotlib.figure
+
+    from trl_grpo_ext.plot import plot_pass_at_k, plot_runs
+
+    figures = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: figures.append(fig))
+    history = [{"step": s, "reward": 0.1 * s, "kl/value": 0.01 * s, "kl/beta": 0.04} for s in (1, 2, 3)]
+    plot_runs({"vanilla": history, "tools": history}, tmp_path)
+    lines = {line.get_label(): line for fig in figures for ax in fig.axes for line in ax.get_lines()}
+    assert lines["vanilla: reward"].get_color() == lines["vanilla: kl/value"].get_color()
+    assert lines["vanilla: reward"].get_color() != lines["tools: reward"].get_color()
+    assert lines["tools: kl/value"].get_linestyle() != lines["tools: kl/beta"].get_linestyle()
+    assert lines["tools: kl/value"].get_linestyle() == lines["vanilla: kl/value"].get_linestyle()
+    figures.clear()
+    plot_pass_at_k({"start": {1: 0.3, 64: 1.0}, "vanilla": {"1": 0.9, "64": 1.0}}, tmp_path / "pass_at_k.png")
+    (ax,) = figures[0].axes
+    assert [list(line.get_xdata()) for line in ax.get_lines()] == [[1, 64], [1, 64]]
+    assert ax.get_xscale() == "log"
+
+
 def test_dashboard_spec_without_network(capsys):
     from trl_grpo_ext import dashboard
 

@@ -36,6 +36,42 @@ PANELS = {
 }
 
 
+#: Line styles of a panel's metrics, in the order the panel lists them (colours tell the runs apart).
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def run_color(index: int) -> str:
+    """The colour of the ``index``-th run: matplotlib's default cycle, so run i has the same colour in every panel and
+    figure (start, vanilla and tools in the recipe's order)."""
+    return f"C{index % 10}"
+
+
+def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str | Path, *, title: str = "held-out pass@k") -> Path:
+    """One line per run of pass@k against k (log scale), e.g. ``{"start": {1: 0.3, 2: 0.5, ...}, "vanilla": ...}``
+    from :func:`trl_grpo_ext.evaluation.pass_at_k_curve`; colours as :func:`run_color`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    for i, (label, curve) in enumerate(curves.items()):
+        ks = sorted(int(k) for k in curve)
+        ax.plot(ks, [curve[k] if k in curve else curve[str(k)] for k in ks], color=run_color(i), marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k (samples per prompt)")
+    ax.set_ylabel("pass@k")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def panels() -> dict[str, list[tuple[str, list[str]]]]:
     """:data:`PANELS`, plus a ``families`` figure with one panel per family listing its members' declared metrics (a
     registered variant gets its panel without editing this file)."""
@@ -84,12 +120,21 @@ def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
             continue
         fig, axes = plt.subplots(1, len(present), figsize=(4.0 * len(present), 3.2), squeeze=False)
         for ax, (title, keys) in zip(axes[0], present):
-            for label, history in runs.items():
-                for key in keys:
+            for i, (label, history) in enumerate(runs.items()):
+                for j, key in enumerate(keys):
                     points = [(h["step"], h[key]) for h in history if h.get(key) is not None and "step" in h]
                     if points:
                         name = key if len(runs) == 1 else f"{label}: {key}"
-                        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", markersize=3, label=name)
+                        # one colour per run, one line style per metric: runs stay apart in every panel
+                        ax.plot(
+                            [p[0] for p in points],
+                            [p[1] for p in points],
+                            color=run_color(i) if len(runs) > 1 else None,
+                            linestyle=LINE_STYLES[j % len(LINE_STYLES)] if len(runs) > 1 else "-",
+                            marker=".",
+                            markersize=3,
+                            label=name,
+                        )
             ax.set_title(title)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
