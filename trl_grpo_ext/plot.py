@@ -56,8 +56,8 @@ def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str | Path, *, tit
 
     fig, ax = plt.subplots(figsize=(4.5, 3.4))
     for i, (label, curve) in enumerate(curves.items()):
-        ks = sorted(int(k) for k in curve)
-        ax.plot(ks, [curve[k] if k in curve else curve[str(k)] for k in ks], color=run_color(i), marker="o", label=label)
+        points = sorted((int(k), value) for k, value in curve.items())  # keys may be ints or JSON's strings
+        ax.plot([k for k, _ in points], [v for _, v in points], color=run_color(i), marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k (samples per prompt)")
     ax.set_ylabel("pass@k")

@@ -1,0 +1,281 @@
+"""Studies that can tell whether a tool helps, by the project's evidence standard (docs/results.md, trl_grpo_ext.stats).
+
+    python benchmarks/evidence_study.py --study forks_tools     # the tools vs vanilla on the many-answers task
+    python benchmarks/evidence_study.py --study forks_knobs     # TRL's own knobs vs vanilla on the same task
+    python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
+
+Every run is one (warm start, GRPO seed, arm): the warm start is the SFT seed (its own model and data order), the GRPO
+seed is nested in it. Every arm is paired with vanilla on the same warm start, GRPO seed, budget and evaluation
+samples. Defaults (6 warm starts x 2 GRPO seeds, the ``test`` half of the held-out prompts) make a headline study;
+``--split validation`` is for choosing settings (and says so in its table). Runs are saved one file each under
+``<out>/runs/<testbed>/<split>/<arm>/w<warm start>-g<seed>.json`` and reused: vanilla runs are shared by every study,
+and an interrupted study resumes. ``--workers 2`` trains two runs at a time (one thread each; a run's numbers do not
+depend on what runs beside it).
+
+The report gives, per arm and metric, the mean paired difference (arm - vanilla) with its 95% two-stage cluster
+bootstrap interval (warm starts, then seeds within them; 10,000 resamples) and the verdict (helps / hurts / no effect
+shown, "exploratory" below 6 x 2), plus the evaluation's own noise: the binomial standard error of one model's pass@1
+on the evaluation prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: How many evaluation prompts and samples per prompt a run is scored on (pass@k up to k = SAMPLES).
+EVAL_PROMPTS = 128
+SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration: GRPOExtConfig fields on top of the testbed's GRPO settings."""
+
+    config: dict = field(default_factory=dict)
+    note: str = ""
+
+
+def studies() -> dict[str, dict[str, Arm]]:
+    from trl_grpo_ext import testbed
+
+    tools = dict(testbed.DEFAULT_TOOLS)
+    return {
+        "forks_tools": {
+            "default tools": Arm(tools, "KL-Cov k 2e-2 + adaptive KL (cap 0.3) + AEPO target 0.2"),
+            "KL-Cov k=2e-3": Arm({"token_clip": "kl_cov", "kl_cov_ratio": 2e-3}, "the paper's ratio for 7B"),
+            "Clip-Cov r=2e-4": Arm({"token_clip": "clip_cov", "clip_cov_ratio": 2e-4}, "the paper's ratio"),
+        },
+        "forks_tools2": {
+            "AEPO (target 0.2)": Arm({"entropy_control": "aepo", "aepo_target_entropy": 0.2}),
+            "adaptive KL": Arm({k: tools[k] for k in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}),
+            "KL-Cov k=2e-2": Arm({"token_clip": "kl_cov", "kl_cov_ratio": 2e-2}, "ten times the paper's"),
+        },
+        "forks_knobs": {
+            "epsilon_high=0.28": Arm({"epsilon_high": 0.28}, "clip-higher (DAPO)"),
+            "temperature 1.0": Arm({"temperature": 1.0}, "rollout temperature"),
+            "top_entropy_quantile=0.2": Arm({"top_entropy_quantile": 0.2}, "train on the top-20% entropy tokens"),
+            "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
+        },
+    }
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")
+
+
+# ---------------------------------------------------------------------------------------------------------------- runs
+def run_one(job: dict) -> dict:
+    """Train one (warm start, seed, arm) and evaluate it; runs in a worker process (one thread)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.evaluation import sampled_evaluation
+    from trl_grpo_ext.testbeds import forks
+
+    start = time.time()
+    path = forks.warm_start(job["cache"], seed=job["warm_start"], log=lambda *_: None)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts = forks.problems(EVAL_PROMPTS, split=job["split"], seed=0)["prompt"]
+
+    def evaluate(model) -> dict:
+        sampled = sampled_evaluation(
+            model,
+            tokenizer,
+            prompts,
+            gold=forks.gold,
+            samples=SAMPLES,
+            temperature=1.0,
+            max_new_tokens=forks.MAX_COMPLETION_LENGTH,
+            seed=job["warm_start"],
+        )
+        greedy = sampled_evaluation(
+            model, tokenizer, prompts, gold=forks.gold, samples=1, temperature=1e-6,
+            max_new_tokens=forks.MAX_COMPLETION_LENGTH, seed=0,
+        )  # fmt: skip
+        return {
+            "pass_at_k": {str(k): v for k, v in sampled["pass_at_k"].items()},
+            "distinct_correct": sampled["distinct_correct"],
+            "greedy_accuracy": greedy["gold"],
+        }
+
+    if job["arm"] == "start":
+        result = evaluate(AutoModelForCausalLM.from_pretrained(path))
+        return {**job, "eval": result, "seconds": time.time() - start}
+    grpo_seed = job["warm_start"] + 100 * job["seed"]
+    config = forks.grpo_settings(seed=grpo_seed, max_steps=job["steps"], **job["config"])
+    args = GRPOExtConfig(**config, output_dir=os.path.join(job["cache"], "runs", f"{os.getpid()}"), disable_tqdm=True)
+    set_seed(grpo_seed)
+    train = forks.problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
+    trainer = GRPOExtTrainer(
+        model=path, reward_funcs=[forks.gold_reward], args=args, train_dataset=train, processing_class=tokenizer
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    curves = {
+        key: [(h["step"], h[key]) for h in logs if key in h]
+        for key in ("reward", "entropy", "kl", "kl/beta", "aepo/temperature")
+    }
+    return {**job, "eval": evaluate(trainer.model), "curves": curves, "seconds": time.time() - start}
+
+
+def run_path(out: Path, split: str, arm: str, warm_start: int, seed: int) -> Path:
+    return out / "runs" / "forks" / split / slug(arm) / f"w{warm_start}-g{seed}.json"
+
+
+def collect(out: Path, split: str, arm: str, warm_starts, seeds) -> dict[tuple[int, int], dict]:
+    found = {}
+    for w in warm_starts:
+        for g in seeds:
+            path = run_path(out, split, arm, w, g)
+            if path.exists():
+                found[(w, g)] = json.loads(path.read_text())
+    return found
+
+
+# -------------------------------------------------------------------------------------------------------------- report
+METRICS = (
+    ("distinct_correct", "distinct right answers / prompt", 1.0, "{:+.2f}"),
+    ("pass@1", "pass@1 (points)", 100.0, "{:+.1f}"),
+    ("pass@64", "pass@64 (points)", 100.0, "{:+.1f}"),
+    ("greedy_accuracy", "greedy accuracy (points)", 100.0, "{:+.1f}"),
+)
+
+
+def metric(run: dict, name: str) -> float:
+    evaluation = run["eval"]
+    if name.startswith("pass@"):
+        return evaluation["pass_at_k"][name[5:]]
+    return evaluation[name]
+
+
+def summary(runs: list[dict]) -> str:
+    """Mean distinct right answers, pass@1, pass@64 and greedy accuracy of some runs."""
+    means = {key: statistics.mean(metric(r, key) for r in runs) for key, *_ in METRICS}
+    return (
+        f"distinct right answers {means['distinct_correct']:.2f}, pass@1 {means['pass@1']:.3f}, pass@64 "
+        f"{means['pass@64']:.3f}, greedy accuracy {means['greedy_accuracy']:.3f}"
+    )
+
+
+def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
+    from trl_grpo_ext.stats import cluster_bootstrap, paired_differences, verdict
+
+    arms = studies()[study]
+    vanilla = collect(out, split, "vanilla", warm_starts, seeds)
+    start = {w: run for (w, _), run in collect(out, split, "start", warm_starts, [0]).items()}
+    lines = [
+        f"Study `{study}` on the forks testbed, `{split}` prompts ({EVAL_PROMPTS} prompts x {SAMPLES} samples at T 1.0"
+        f"; greedy accuracy on the same prompts). Paired with vanilla run by run; 95% two-stage cluster bootstrap "
+        f"interval (warm starts, then GRPO seeds), 10,000 resamples. {len(arms)} arms in this table."
+    ]
+    if split != "test":
+        lines.append("**Validation prompts: for choosing settings, not a reported result.**")
+    if vanilla:
+        runs = list(vanilla.values())
+        lines.append(f"vanilla ({len(runs)} runs): {summary(runs)}")
+        p1 = statistics.mean(metric(r, "pass@1") for r in runs)
+        lines.append(
+            f"evaluation noise: pass@1 of one model on {EVAL_PROMPTS} prompts has a binomial standard error of at most "
+            f"{100 * math.sqrt(p1 * (1 - p1) / EVAL_PROMPTS):.1f} points (one sample per prompt; {SAMPLES} samples "
+            "lower it)"
+        )
+    if start:
+        lines.append(f"warm starts ({len(start)}): {summary(list(start.values()))}")
+    lines += ["", "| arm | metric | arm | vanilla | arm - vanilla [95% interval] | verdict | runs (warm starts) |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for name in arms:
+        runs = collect(out, split, name, warm_starts, seeds)
+        for key, label, scale, form in METRICS:
+            mine = {k: scale * metric(r, key) for k, r in runs.items()}
+            theirs = {k: scale * metric(r, key) for k, r in vanilla.items()}
+            diffs = paired_differences(mine, theirs)
+            if not diffs:
+                continue
+            interval = cluster_bootstrap(diffs)
+            keys = sorted(set(mine) & set(theirs))
+            lines.append(
+                f"| {name} | {label} | {statistics.mean(mine[k] for k in keys):.2f} | "
+                f"{statistics.mean(theirs[k] for k in keys):.2f} | {form.format(interval.mean)} "
+                f"[{form.format(interval.low)}, {form.format(interval.high)}] | {verdict(interval)} | "
+                f"{interval.runs} ({interval.warm_starts}) |"
+            )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------- main
+def parse_list(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out += list(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", required=True, choices=sorted(studies()))
+    parser.add_argument("--split", default="test", choices=("validation", "test"))
+    parser.add_argument("--warm_starts", default="0-5", help="SFT seeds, e.g. 0-5 or 0,2")
+    parser.add_argument("--seeds", default="0,1", help="GRPO seeds per warm start")
+    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "evidence"))
+    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/trl_grpo_ext/forks"))
+    parser.add_argument("--report", action="store_true", help="print the table from the saved runs, train nothing")
+    args = parser.parse_args(argv)
+    out, warm_starts, seeds = Path(args.out), parse_list(args.warm_starts), parse_list(args.seeds)
+    if not args.report:
+        arms = {"vanilla": Arm(), **studies()[args.study]}
+        jobs = [
+            dict(arm="start", config={}, warm_start=w, seed=0, split=args.split, steps=0, cache=args.cache)
+            for w in warm_starts
+        ]
+        common = dict(split=args.split, steps=args.steps, cache=args.cache)
+        jobs += [
+            dict(arm=name, config=arm.config, warm_start=w, seed=g, **common)
+            for w in warm_starts
+            for g in seeds
+            for name, arm in arms.items()
+        ]
+        jobs = [j for j in jobs if not run_path(out, j["split"], j["arm"], j["warm_start"], j["seed"]).exists()]
+        print(f"{len(jobs)} runs to do", flush=True)
+        # warm starts first, one per worker, so that two workers never build the same one
+        with ProcessPoolExecutor(args.workers) as pool:
+            starts = [j for j in jobs if j["arm"] == "start"]
+            rest = [j for j in jobs if j["arm"] != "start"]
+            for result in pool.map(run_one, starts):
+                _save(out, result)
+            for result in pool.map(run_one, rest):
+                _save(out, result)
+    print(report(out, args.study, args.split, warm_starts, seeds))
+
+
+def _save(out: Path, result: dict) -> None:
+    path = run_path(out, result["split"], result["arm"], result["warm_start"], result["seed"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result = {k: v for k, v in result.items() if k != "cache"}
+    path.write_text(json.dumps(result, indent=1))
+    print(f"{result['arm']} w{result['warm_start']} g{result['seed']}: {result['eval']} ({result['seconds']:.0f} s)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
