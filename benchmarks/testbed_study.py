@@ -300,7 +300,7 @@ def main():
     results["runs"] = {name: [] for name in names}
     for seed in args.seeds:
         start = testbed.warm_start(args.cache, seed=seed)
-        heldout = testbed.addition_problems(split="test", seed=seed)
+        heldout = testbed.addition_problems(split="heldout", seed=seed)
         results["start"][seed] = testbed.evaluate(AutoModelForCausalLM.from_pretrained(start), tok, heldout, seed=seed)
         if args.suite == "pf":
             results.setdefault("picker", {})[seed] = {"noise 1": pf_picker(start, seed, 1.0)}

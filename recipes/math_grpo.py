@@ -251,7 +251,7 @@ def heldout_evaluator(script_args, training_args, tokenizer):
         max_new_tokens=training_args.max_completion_length,
     )
     if script_args.synthetic_task == "addition":
-        problems = testbed.addition_problems(script_args.eval_num_problems, split="test", seed=seed)
+        problems = testbed.addition_problems(script_args.eval_num_problems, split="heldout", seed=seed)
 
         def evaluate(model) -> dict:
             return testbed.evaluate(model, tokenizer, problems, **common)

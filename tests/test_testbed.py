@@ -31,14 +31,26 @@ def test_addition_problems_train_and_test():
     assert len(train) == 500 and not any(testbed.is_heldout(p) for p in train["prompt"])
     assert all(str(testbed.solve(p)) == a for p, a in zip(train["prompt"], train["answer"], strict=True))
     assert train["prompt"] == testbed.addition_problems(500, seed=3)["prompt"]  # seeded
-    test = testbed.addition_problems(split="test", seed=0)
+    test = testbed.addition_problems(split="heldout", seed=0)
     assert len(test) == 179 and all(testbed.is_heldout(p) for p in test["prompt"])
-    assert sorted(test["prompt"]) == sorted(testbed.addition_problems(split="test", seed=1)["prompt"])
-    assert len(testbed.addition_problems(8, split="test")) == 8
+    assert sorted(test["prompt"]) == sorted(testbed.addition_problems(split="heldout", seed=1)["prompt"])
+    assert len(testbed.addition_problems(8, split="heldout")) == 8
     with pytest.raises(ValueError, match="needs n"):
         testbed.addition_problems(split="train")
     with pytest.raises(ValueError, match="split must be"):
         testbed.addition_problems(5, split="dev")
+
+
+def test_heldout_halves_partition_the_heldout_prompts():
+    """Validation (choices) and test (reported results) are disjoint halves of the 179 held-out prompts, fixed by a
+    hash (the same on every machine)."""
+    validation = set(testbed.addition_problems(split="validation")["prompt"])
+    test = set(testbed.addition_problems(split="test")["prompt"])
+    assert not validation & test and validation | test == set(testbed.addition_problems(split="heldout")["prompt"])
+    assert (len(validation), len(test)) == (91, 88)
+    assert all(testbed.heldout_half(p) == "test" for p in test)
+    with pytest.raises(ValueError, match="training prompt"):
+        testbed.heldout_half("47+8=")
 
 
 def test_careless_teacher_follows_its_offsets():
@@ -88,7 +100,7 @@ def test_evaluate_numbers_are_in_range_and_follow_the_reward(tiny_model_path, to
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
-    problems = testbed.addition_problems(6, split="test")
+    problems = testbed.addition_problems(6, split="heldout")
     result = testbed.evaluate(model, tokenizer, problems, sampled_problems=3, seed=0)
     assert set(result) == {"answer_acc", "pass_at_1", "pass_at_8", "entropy", "distinct_2", "samples"}
     vocab = len(tokenizer)
@@ -135,7 +147,7 @@ def test_checkpoint_steps_by_hand():
 
 
 def test_checkpoint_evaluator_records_the_steps_and_leaves_the_run_unchanged(make_trainer, tokenizer):
-    heldout = testbed.addition_problems(4, split="test")
+    heldout = testbed.addition_problems(4, split="heldout")
     plain = make_trainer()
     plain.train()
     checkpoints = testbed.CheckpointEvaluator([1, 2], lambda model: testbed.evaluate(model, tokenizer, heldout))

@@ -92,15 +92,30 @@ def solve(prompt: str) -> int:
     return int(left) + int(right)
 
 
+#: Held-out splits of :func:`addition_problems`: all held-out prompts, or one of their two halves.
+HELDOUT_SPLITS = ("heldout", "validation", "test")
+
+
+def heldout_half(prompt: str) -> str:
+    """``"validation"`` or ``"test"``: the half of the held-out prompts ``prompt`` belongs to (a second hash; the same
+    on every machine). Validation is for choices (defaults, ratios, targets), test for reported results."""
+    if not is_heldout(prompt):
+        raise ValueError(f"{prompt!r} is a training prompt, not a held-out one.")
+    return "validation" if int(hashlib.sha1(f"half|{prompt}".encode()).hexdigest()[:8], 16) % 2 == 0 else "test"
+
+
 def addition_problems(n: int | None = None, *, seed: int = 0, split: str = "train") -> Dataset:
     """Rows with ``prompt`` and ``answer`` (a string).
 
     ``split="train"``: ``n`` prompts drawn with replacement from the 720 training prompts (a stream for GRPO).
-    ``split="test"``: the held-out prompts, all 179 of them in a seeded order, or the first ``n`` of that order.
+    ``split="heldout"``: the held-out prompts, all 179 of them in a seeded order, or the first ``n`` of that order;
+    ``"validation"`` / ``"test"``: the same for one half of them (:func:`heldout_half`).
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
-    pool = [p for p in all_problems() if is_heldout(p) == (split == "test")]
+    if split not in ("train", *HELDOUT_SPLITS):
+        raise ValueError(f"split must be 'train' or one of {HELDOUT_SPLITS}, got {split!r}.")
+    pool = [p for p in all_problems() if is_heldout(p) == (split != "train")]
+    if split in ("validation", "test"):
+        pool = [p for p in pool if heldout_half(p) == split]
     rng = random.Random(seed)
     if split == "train":
         if n is None:
@@ -400,12 +415,14 @@ __all__ = [
     "CheckpointEvaluator",
     "DEFAULT_TOOLS",
     "EVAL_SAMPLES",
+    "HELDOUT_SPLITS",
     "MAX_COMPLETION_LENGTH",
     "TEACHER_OFFSETS",
     "addition_problems",
     "all_problems",
     "answer_reward",
     "careless_answer",
+    "heldout_half",
     "checkpoint_steps",
     "evaluate",
     "grpo_settings",
