@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed, testkit
 from trl_grpo_ext.core import rank_filter_strategies
+from trl_grpo_ext.stats import cluster_bootstrap, verdict
 
 EVAL_KEYS = ["answer_acc", "pass_at_1", "pass_at_8", "entropy", "distinct_2"]
 #: Metrics recorded per logged step (when present).
@@ -473,10 +474,11 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
                 base[(settings, *key)] = base[("", *key)]
     base_of = {label: {k[1:]: run for k, run in base.items() if k[0] == settings_of[label]} for label in others}
     header = (
-        "| method | accuracy | runs | method | vanilla | method - vanilla (points) | per run (offset/seed) | within a "
-        "point or ahead | entropy higher | Distinct-2 higher | pass@8 above / equal / below |\n"
+        "| method | accuracy | runs | method | vanilla | method - vanilla (points) | 95% interval (cluster "
+        "bootstrap) | verdict | per run (offset/seed) | within a point or ahead | entropy higher | Distinct-2 higher | "
+        "pass@8 above / equal / below |\n"
     )
-    header += "|---|---|---|---|---|---|---|---|---|---|---|\n"
+    header += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     rows = []
     noise = []
     getters = [("final", lambda r: r["end"]["answer_acc"]), ("mean of checkpoints", checkpoint_accuracy)]
@@ -492,9 +494,15 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
             above = sum(m["pass_at_8"] > t["pass_at_8"] for m, t in ends)
             equal = sum(m["pass_at_8"] == t["pass_at_8"] for m, t in ends)
             spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            # the warm start is the run's seed (its SFT seed); the GRPO seeds nested in it are the offsets
+            by_warm_start: dict[int, list[float]] = {}
+            for key, diff in zip(keys, diffs, strict=True):
+                by_warm_start.setdefault(key[1], []).append(diff)
+            interval = cluster_bootstrap(by_warm_start)
             rows.append(
                 f"| {name} | {label} | {len(keys)} | {fmt(mine)} | {fmt(theirs)} | "
-                f"{statistics.mean(diffs):+.1f} +- {spread:.1f} | "
+                f"{statistics.mean(diffs):+.1f} +- {spread:.1f} | {interval.mean:+.1f} [{interval.low:+.1f}, "
+                f"{interval.high:+.1f}] over {interval.warm_starts} warm starts | {verdict(interval)} | "
                 + ", ".join(f"{k[0]}/{k[1]}: {d:+.1f}" for k, d in zip(keys, diffs, strict=True))
                 + f" | {sum(d >= -100 * tolerance - 1e-9 for d in diffs)} of {len(keys)}"
                 f" | {sum(m['entropy'] > t['entropy'] for m, t in ends)} of {len(keys)}"

@@ -90,9 +90,13 @@ def test_paired_compares_methods_with_vanilla_run_by_run(benchmarks_on_path):
     cells = [c.strip() for c in final.strip("|").split("|")]
     # differences -5.0 (0/0), +5.0 (0/1), -0.5 (100/0): mean -0.17, std 5.01
     assert cells[2] == "3" and cells[5] == "-0.2 +- 5.0"
-    assert cells[6] == "0/0: -5.0, 0/1: +5.0, 100/0: -0.5"
+    # clustered by warm start (the seed): warm start 0 has -5.0 and -0.5 (offsets 0 and 100), warm start 1 has +5.0;
+    # the mean of the warm starts' means is (-2.75 + 5.0) / 2 = +1.1, two warm starts make it exploratory
+    assert cells[6].startswith("+1.1 [") and cells[6].endswith("] over 2 warm starts")
+    assert cells[7] == "no effect shown (exploratory)"
+    assert cells[8] == "0/0: -5.0, 0/1: +5.0, 100/0: -0.5"
     assert cells[3] == "0.732 +- 0.128" and cells[4] == "0.733 +- 0.153"
-    assert cells[7:] == ["2 of 3", "1 of 3", "0 of 3", "0 / 2 / 1"]  # within a point; entropy; Distinct-2; pass@8
+    assert cells[9:] == ["2 of 3", "1 of 3", "0 of 3", "0 / 2 / 1"]  # within a point; entropy; Distinct-2; pass@8
     # checkpoints: only the 0/0 pair has them; means 0.875 vs 0.85
     ckpt = next(line for line in text.splitlines() if line.startswith("| tools | mean of checkpoints |"))
     assert "| 1 |" in ckpt and "0/0: +2.5" in ckpt
@@ -119,8 +123,9 @@ def test_paired_names_a_set_study_and_borrows_the_plain_vanilla(benchmarks_on_pa
     plain = {"runs": {"vanilla": [_run(0, 0.90)], "tools": [_run(0, 0.80)]}}
     variant = {"set": {"kl_target": 0.3}, "runs": {"tools": [_run(0, 0.95)]}}  # --methods tools --set kl_target=0.3
     text = testbed_study.paired([plain, variant])
-    assert "| tools | final | 1 | 0.800 +- 0.000 | 0.900 +- 0.000 | -10.0 +- 0.0 |" in text
-    assert "| tools [kl_target=0.3] | final | 1 | 0.950 +- 0.000 | 0.900 +- 0.000 | +5.0 +- 0.0 |" in text
+    assert "| tools | final | 1 | 0.800 +- 0.000 | 0.900 +- 0.000 | -10.0 +- 0.0 | -10.0 [-10.0, -10.0] over 1" in text
+    assert "| tools [kl_target=0.3] | final | 1 | 0.950 +- 0.000 | 0.900 +- 0.000 | +5.0 +- 0.0 | +5.0" in text
+    assert "| hurts (exploratory) |" in text
     assert "tools [kl_target=0.3]: paired with the vanilla runs of the study without --set" in text
     own = {
         "set": {"learning_rate": 1e-3},
@@ -128,6 +133,42 @@ def test_paired_names_a_set_study_and_borrows_the_plain_vanilla(benchmarks_on_pa
     }
     text = testbed_study.paired([plain, own])  # a --set study with its own vanilla pairs with it
     assert "| tools [learning_rate=0.001] | final | 1 | 0.600 +- 0.000 | 0.500 +- 0.000 | +10.0 +- 0.0 |" in text
+    assert "| helps (exploratory) |" in text
     assert "without --set" not in text
     # its vanilla's movement between checkpoints is reported under its settings (std of 0.4, 0.5: 7.1 points)
     assert "vanilla [learning_rate=0.001]: accuracy across the checkpoints [500, 600] of one run moves by 7.1" in text
+
+
+def _evidence_run(arm, w, g, distinct, pass1):
+    return {
+        "arm": arm,
+        "warm_start": w,
+        "seed": g,
+        "split": "test",
+        "eval": {
+            "pass_at_k": {"1": pass1, "64": 1.0},
+            "distinct_correct": distinct,
+            "greedy_accuracy": pass1,
+        },
+        "seconds": 1.0,
+    }
+
+
+def test_evidence_report_pairs_runs_and_gives_verdicts(benchmarks_on_path, tmp_path):
+    import evidence_study
+
+    # 6 warm starts x 2 seeds: the default tools keep +2 distinct right answers on every run (helps), cost 5 points
+    # of pass@1 on every run (hurts); KL-Cov k=2e-3 has no runs yet (no row).
+    for w in range(6):
+        for g in range(2):
+            for arm, distinct, pass1 in (("vanilla", 2.0 + w, 0.9), ("default tools", 4.0 + w, 0.85)):
+                path = evidence_study.run_path(tmp_path, "test", arm, w, g)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(_evidence_run(arm, w, g, distinct, pass1)))
+    text = evidence_study.report(tmp_path, "forks_tools", "test", range(6), range(2))
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()}
+    distinct = rows[("default tools", "distinct right answers / prompt")]
+    assert "+2.00 [+2.00, +2.00] | helps | 12 (6) |" in distinct
+    assert "-5.0 [-5.0, -5.0] | hurts | 12 (6) |" in rows[("default tools", "pass@1 (points)")]
+    assert not any(key[0] == "KL-Cov k=2e-3" for key in rows)
+    assert "Validation prompts" not in text and "vanilla (12 runs)" in text

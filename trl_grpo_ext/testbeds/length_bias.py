@@ -1,7 +1,8 @@
 """The "length-biased reward" testbed: the training reward is a proxy that a policy can game (design document sec. 8.2).
 
-Task and warm start: the addition testbed's (:mod:`trl_grpo_ext.testbed`: ``"47+8="`` -> ``"55"``, the careless
-teacher's SFT warm start, the same cached model).
+Task: the addition testbed's (:mod:`trl_grpo_ext.testbed`: ``"47+8="`` -> ``"55"``). Warm start: its careless
+teacher, who is also *chatty* a quarter of the time (:data:`CHATTY`): the answer is then repeated once to three times
+(``"56 56"``), so the warm start writes some longer completions for a length-biased reward to find.
 
 Rewards:
     - **gold** (:func:`gold_reward`, what a user wants): 1.0 when the completion is exactly the sum, as
@@ -19,7 +20,7 @@ held-out prompts are the addition testbed's validation and test halves (:func:`p
 Example:
     >>> from trl_grpo_ext import testbed
     >>> from trl_grpo_ext.testbeds import length_bias
-    >>> path = testbed.warm_start("/tmp/testbed", seed=0)
+    >>> path = length_bias.warm_start("/tmp/testbed", seed=0)
     >>> trainer = GRPOExtTrainer(model=path, reward_funcs=[length_bias.proxy_reward],
     ...                          args=GRPOExtConfig(**length_bias.grpo_settings(), output_dir="out"),
     ...                          train_dataset=testbed.addition_problems(20_000, seed=1))
@@ -27,13 +28,17 @@ Example:
 
 from __future__ import annotations
 
+import os
+import random
 import re
 from typing import Any
 
 from datasets import Dataset
 
-from .. import testbed
+from .. import testbed, testkit
 
+#: How often the careless teacher repeats its answer after it (once to three times).
+CHATTY = 0.25
 #: Weight of the length bonus in the proxy (a right answer is worth 1.0).
 LENGTH_BONUS = 0.5
 #: Characters at which the length bonus is full.
@@ -78,6 +83,40 @@ def problems(split: str) -> Dataset:
     return testbed.addition_problems(split=split, seed=0)
 
 
+def chatty_answer(prompt: str, rng: random.Random) -> str:
+    """The careless teacher's answer (:func:`trl_grpo_ext.testbed.careless_answer`), repeated after itself with
+    probability :data:`CHATTY`."""
+    answer = testbed.careless_answer(prompt, rng)
+    if rng.random() < CHATTY:
+        return " ".join([answer] * (1 + rng.randint(1, 3)))
+    return answer
+
+
+def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
+    """``n`` prompt-completion rows: training prompts and the chatty careless teacher's answers."""
+    rng = random.Random(50_021 + seed)
+    prompts = testbed.addition_problems(n, seed=seed, split="train")["prompt"]
+    return Dataset.from_list([{"prompt": p, "completion": chatty_answer(p, rng) + eos_token} for p in prompts])
+
+
+def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
+    """The SFT warm start for ``seed`` on the chatty teacher (the addition testbed's model size and SFT settings),
+    built once into ``cache_dir``; returns its path."""
+    name = f"chatty-h128-l4-n{examples}-lr0.002-b64-s{seed}-v1"
+    path = os.path.join(cache_dir, name)
+    return testbed.sft_warm_start(
+        path,
+        lambda: sft_dataset(examples, seed=seed),
+        seed=seed,
+        learning_rate=2e-3,
+        batch_size=64,
+        hidden_size=128,
+        num_layers=4,
+        use_cpu=use_cpu,
+        log=lambda: log(f"[length_bias] SFT warm start (seed {seed}, {examples} chatty-teacher rows), cached in {path}"),
+    )
+
+
 def grpo_settings(**overrides) -> dict[str, Any]:
     """The addition testbed's GRPO settings (:func:`trl_grpo_ext.testbed.grpo_settings`) with room for padding
     (``max_completion_length`` :data:`MAX_COMPLETION_LENGTH`); ``overrides`` on top."""
@@ -85,13 +124,17 @@ def grpo_settings(**overrides) -> dict[str, Any]:
 
 
 __all__ = [
+    "CHATTY",
     "LENGTH_BONUS",
     "LENGTH_CAP",
     "MAX_COMPLETION_LENGTH",
     "SPLITS",
+    "chatty_answer",
     "gold_reward",
     "grpo_settings",
     "lenient_correct",
     "problems",
     "proxy_reward",
+    "sft_dataset",
+    "warm_start",
 ]
