@@ -113,7 +113,7 @@ def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu
         hidden_size=128,
         num_layers=4,
         use_cpu=use_cpu,
-        log=lambda: log(f"[length_bias] SFT warm start (seed {seed}, {examples} chatty-teacher rows), cached in {path}"),
+        log=lambda: log(f"[length_bias] SFT warm start (seed {seed}, {examples} chatty rows), cached in {path}"),
     )
 
 
