@@ -1,23 +1,22 @@
-"""Reward functions by name, for recipes and YAML configs (``reward_funcs: [math_accuracy, boxed_format]``)."""
+"""Reward functions by name, for recipes and YAML configs (``reward_funcs: [math_accuracy, boxed_format]``).
+
+Names load on first use (PEP 562): ``trl_grpo_ext.rewards.math`` and the scoring workers of
+:mod:`trl_grpo_ext.rewards.pool` import neither torch nor transformers; only the registries (which list the testbeds'
+rewards too) do.
+"""
 
 from __future__ import annotations
 
-from .. import testbed, testkit
-from ..core.registry import Registry
-from .math import boxed_format_reward, math_accuracy_reward, set_math_reward_workers
+import importlib
+import threading
+from typing import TYPE_CHECKING
 
-#: Outcome reward functions (TRL signature: one float or None per completion).
-REWARD_FUNCS = Registry("reward_func")
-#: Step reward functions (one list of floats per completion, one per step).
-STEP_REWARD_FUNCS = Registry("step_reward_func")
+if TYPE_CHECKING:
+    from ..core.registry import Registry
+    from .math import boxed_format_reward, math_accuracy_reward, set_math_reward_workers
 
-REWARD_FUNCS.register("math_accuracy")(math_accuracy_reward)
-REWARD_FUNCS.register("boxed_format")(boxed_format_reward)
-REWARD_FUNCS.register("exact_answer")(testbed.answer_reward)
-REWARD_FUNCS.register("final_answer")(testkit.final_answer_reward)
-REWARD_FUNCS.register("exact_match")(testkit.exact_match_reward)
-REWARD_FUNCS.register("digit_fraction")(testkit.digit_fraction_reward)
-STEP_REWARD_FUNCS.register("arithmetic_steps")(testkit.arithmetic_step_reward)
+    REWARD_FUNCS: Registry
+    STEP_REWARD_FUNCS: Registry
 
 __all__ = [
     "REWARD_FUNCS",
@@ -26,3 +25,42 @@ __all__ = [
     "math_accuracy_reward",
     "set_math_reward_workers",
 ]
+
+_MATH = ("boxed_format_reward", "math_accuracy_reward", "set_math_reward_workers")
+_LOCK = threading.Lock()
+
+
+def _registries() -> None:
+    """Build ``REWARD_FUNCS`` (outcome rewards: one float or None per completion) and ``STEP_REWARD_FUNCS`` (one list
+    of floats per completion, one per step) once."""
+    from .. import testbed, testkit
+    from ..core.registry import Registry
+    from .math import boxed_format_reward, math_accuracy_reward
+
+    rewards = Registry("reward_func")
+    steps = Registry("step_reward_func")
+    rewards.register("math_accuracy")(math_accuracy_reward)
+    rewards.register("boxed_format")(boxed_format_reward)
+    rewards.register("exact_answer")(testbed.answer_reward)
+    rewards.register("final_answer")(testkit.final_answer_reward)
+    rewards.register("exact_match")(testkit.exact_match_reward)
+    rewards.register("digit_fraction")(testkit.digit_fraction_reward)
+    steps.register("arithmetic_steps")(testkit.arithmetic_step_reward)
+    globals().update(REWARD_FUNCS=rewards, STEP_REWARD_FUNCS=steps)
+
+
+def __getattr__(name: str):
+    if name in _MATH:
+        value = getattr(importlib.import_module(".math", __name__), name)
+        globals()[name] = value
+        return value
+    if name in ("REWARD_FUNCS", "STEP_REWARD_FUNCS"):
+        with _LOCK:  # built once, even when two threads ask first
+            if name not in globals():
+                _registries()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -4,8 +4,9 @@ Model output is never executed or ``eval``-ed. Before anything reaches sympy (th
 cut to its last ``MAX_TAIL_CHARS`` characters and screened: exponent towers, giant integers and deep nesting are scored
 0.0 at once (a policy that learns to emit ``9**9**9**9`` must not stall training). math-verify's own timeouts use
 ``signal.alarm`` and only work in a process's main thread, so :func:`math_accuracy_reward` scores in the calling thread
-only when that is the main thread and one worker is asked for; otherwise (any other thread, or several workers) it
-scores in worker processes with a per-answer and a per-batch time bound (:mod:`trl_grpo_ext.rewards.pool`).
+only when that is the main thread and one worker is asked for (each answer bounded by an interval timer, as in a
+worker); otherwise (any other thread, or several workers) it scores in worker processes with a per-answer and a
+per-batch time bound (:mod:`trl_grpo_ext.rewards.pool`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import os
 import re
 import threading
-import time
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +33,10 @@ _DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
 _BOXED = "\\boxed{"
 
 
-def _text(completion) -> str:
+def _text(completion):
     if isinstance(completion, list):
         return completion[-1]["content"] if completion else ""
-    return completion or ""
+    return "" if completion is None else completion
 
 
 def _max_nesting(text: str) -> int:
@@ -128,37 +128,34 @@ def math_accuracy_reward(completions, solution=None, answer=None, **kwargs) -> l
     """TRL reward function: math-verify accuracy against the ``solution`` (or ``answer``) column.
 
     GSM8K ``#### n`` and MATH ``\\boxed{}`` references are understood; the completion's last ``\\boxed{}`` is compared,
-    or its tail when it has none. None (TRL: unscorable) when the reference itself cannot be parsed.
+    or its tail when it has none. None (TRL: unscorable) when the reference itself cannot be parsed. Scored in worker
+    processes (:mod:`trl_grpo_ext.rewards.pool`), or in the calling thread when one worker is asked for and this is a
+    main thread.
     """
     references = solution if solution is not None else answer
     if references is None:
         raise ValueError("math_accuracy_reward needs a 'solution' or 'answer' column in the dataset.")
-    pairs = [(_text(c), None if r is None else gold_answer(r)) for c, r in zip(completions, references, strict=True)]
+    completions, references = list(completions), list(references)
+    if len(completions) != len(references):
+        raise ValueError(
+            f"math_accuracy_reward got {len(completions)} completions but {len(references)} references (the "
+            "'solution' / 'answer' column): pass one reference per completion."
+        )
+    pairs = []
+    for i, (completion, reference) in enumerate(zip(completions, references, strict=True)):
+        text = _text(completion)
+        if not isinstance(text, str):
+            raise TypeError(
+                f"math_accuracy_reward: completion {i} is {type(completion).__name__} {completion!r:.60}; expected "
+                "text (str) or chat messages (a list of {'role': ..., 'content': str} dicts)."
+            )
+        pairs.append((text, None if reference is None else gold_answer(reference)))
     workers = math_reward_workers()
+    from .pool import score_serially, shared_pool
+
     if workers == 1 and threading.current_thread() is threading.main_thread():
-        return _score_serially(pairs)
-    from .pool import shared_pool
-
+        return score_serially(math_accuracy, pairs)
     return shared_pool(workers, math_accuracy).score(pairs)
-
-
-def _score_serially(pairs: list[tuple[str, str | None]]) -> list[float | None]:
-    """In the main thread, where math-verify's own timeouts bound each answer; the pool's batch budget bounds the
-    batch (answers left when it runs out score 0.0 and count in ``rewards/timeouts``)."""
-    from .pool import batch_budget_seconds, record_timeouts
-
-    deadline = time.monotonic() + batch_budget_seconds(len(pairs), 1)
-    scores: list[float | None] = []
-    late = 0
-    for completion, gold in pairs:
-        if time.monotonic() < deadline:
-            scores.append(math_accuracy(completion, gold))
-        else:
-            scores.append(0.0)
-            late += 1
-    if late:
-        record_timeouts("math_accuracy", late, len(pairs))
-    return scores
 
 
 _workers: int | None = None
@@ -166,10 +163,13 @@ _workers: int | None = None
 
 def set_math_reward_workers(workers: int | None) -> None:
     """Processes that score :func:`math_accuracy_reward`. ``1``: in the calling thread when it is the main thread (a
-    single worker process otherwise); ``N > 1``: a persistent pool of N processes; ``None`` (default): this machine's
-    cores divided among the local training processes (``LOCAL_WORLD_SIZE``)."""
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise ValueError(f"math reward workers={workers!r}: must be None or an integer >= 1 (1: serial).")
+    single worker process otherwise); ``N > 1``: a persistent pool of N processes, at most the cores this process
+    may use (:func:`trl_grpo_ext.rewards.pool.max_workers`); ``None`` (default): this machine's cores divided among the
+    local training processes (``LOCAL_WORLD_SIZE``)."""
+    if workers is not None:
+        from .pool import check_workers
+
+        check_workers(workers)
     global _workers
     _workers = workers
 
@@ -180,7 +180,15 @@ def math_reward_workers() -> int:
         return _workers
     from .pool import default_workers
 
-    return max(1, default_workers() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    try:
+        processes = int(local)
+    except ValueError:
+        raise ValueError(
+            f"LOCAL_WORLD_SIZE={local!r} is not an integer (the launcher sets it to the training processes on this "
+            "machine). Fix: unset it or set it to a whole number, or call set_math_reward_workers(N)."
+        ) from None
+    return max(1, default_workers() // max(1, processes))
 
 
 def boxed_format_reward(completions, **kwargs) -> list[float]:
