@@ -9,12 +9,24 @@ nested integrals, long sums). ``workers 1`` is the serial path in the main threa
 the hostile one, which pays for the pool's restart if the hostile batch ran out of its budget; its accuracy is the
 last column (0.5: every answer scored, half right). Last, the time of right answers written in another
 form (``(x+1)^2`` against ``x^2+2x+1``, ...): what a lower per-answer bound would start to score 0.0.
+
+    python benchmarks/math_reward_speed.py --startup     # pool start time and worker memory; a script without a guard
+
+``--startup``: for each worker count, the time from a new pool to its first scored answer and the resident memory of
+one worker (median of 3 pools); then a 10-line script with its work at the top level (no ``if __name__ ==
+"__main__":``) that scores 1,024 ordinary completions with 2 workers, timed as a whole process, with its accuracy.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 
 from diversity_speed import timed
 
@@ -66,12 +78,52 @@ def ordinary(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     return completions, solutions
 
 
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def startup(worker_counts) -> None:
+    print(f"{'workers':>8} {'start s':>8} {'worker MiB':>11}")
+    for workers in worker_counts:
+        starts, memory = [], []
+        for _ in range(3):
+            scorer_pool = pool.ScorerPool(workers, math_accuracy)
+            start = time.perf_counter()
+            scorer_pool.score([("\\boxed{7}", "7")])
+            starts.append(time.perf_counter() - start)
+            memory.append(statistics.mean(rss_mib(w.process.pid) for w in scorer_pool._procs if w is not None))
+            scorer_pool.close()
+        print(f"{workers:>8} {statistics.median(starts):>8.2f} {statistics.median(memory):>11.0f}", flush=True)
+    completions, solutions = ordinary(1024)
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "quick.py")
+        with open(script, "w") as f:  # top-level work, no main guard: what spawned workers used to re-run
+            f.write(
+                "from trl_grpo_ext.rewards import math_accuracy_reward, set_math_reward_workers\n"
+                "set_math_reward_workers(2)\n"
+                f"scores = math_accuracy_reward({completions!r}, solution={solutions!r})\n"
+                "print(sum(s or 0.0 for s in scores) / len(scores))\n"
+            )
+        start = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        out = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, check=True).stdout
+        print(
+            f"script without a main guard, 1,024 completions, 2 workers: {time.perf_counter() - start:.1f} s as a "
+            f"whole process (interpreter and pool start included), accuracy {float(out):.3f} (half are right)"
+        )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--completions", type=int, default=1024)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--answer_timeout", type=float, default=None, help="per-answer bound of the pool (s)")
+    parser.add_argument("--startup", action="store_true", help="pool start time, worker memory, a guard-less script")
     args = parser.parse_args()
+    if args.startup:
+        startup(args.workers)
+        return
     if args.answer_timeout is not None:
         pool.ANSWER_TIMEOUT_SECONDS = args.answer_timeout
     completions, solutions = ordinary(args.completions)
