@@ -5,6 +5,7 @@ A new field or family adds rows here.
 """
 
 import math
+import os
 
 import pytest
 import yaml
@@ -147,6 +148,17 @@ CONFIG_ERRORS = [
     ("loss_type", dict(token_clip="clip_cov", loss_type="grpo_v2")),  # a TRL loss type this release does not know
     ("loss_type", dict(sample_filter="best_of_n", loss_type="new_loss")),
     ("sample_filter", dict(sample_filter="none ")),
+    # finite but absurd (issue 26: beta reached 2.6e8 with kl_beta_max=1e300; a weight of 1e30 zeroed every advantage)
+    ("kl_beta_max", dict(ADAPTIVE, kl_beta_max=1e300, kl_horizon=1)),
+    ("reward_weights", dict(reward_weights=[1e30])),
+    ("aepo_temperature_high", dict(AEPO, aepo_temperature_high=1e6)),
+    ("kl_horizon", dict(ADAPTIVE, kl_horizon=1e-3)),
+    ("beta", dict(beta=1e5)),
+    ("kl_target", dict(ADAPTIVE, kl_target=1e9)),
+    ("aepo_coef", dict(AEPO, aepo_coef=1e9)),
+    ("aepo_target_entropy", dict(AEPO, aepo_target_entropy=1e3)),
+    ("kl_cov_coef", dict(KL_COV, kl_cov_coef=1e9)),
+    ("prm_outcome_coef", dict(prm_outcome_coef=-1e9)),
 ]
 
 
@@ -199,8 +211,16 @@ def _huge_steps(prompts, completions, steps, **kwargs):
 
 
 # (what the error says, make_trainer keyword arguments); each used to train silently with every advantage 0
+def _big(completions, **kwargs):
+    return [1e12] * len(completions)
+
+
 REWARD_ERRORS = [
     (r"\['_huge'\] returned a reward above 1e\+15", dict(reward_funcs=[_huge])),
+    (
+        r"weighted reward sum reaches 1e\+16 \(reward_weights=\[10000\.0\]\)",
+        dict(reward_funcs=[_big], reward_weights=[1e4]),
+    ),
     (
         r"'_huge_steps' returned -1e\+20 for completion 0, above 1e\+15",
         dict(advantage_estimator="prm", max_completion_length=8, trainer_kwargs={"step_reward_funcs": [_huge_steps]}),
@@ -255,7 +275,7 @@ def test_malformed_reward_output_is_named_in_training(make_trainer):
         make_trainer(reward_funcs=[strings], max_steps=1).train()
 
 
-@pytest.mark.parametrize("message, kwargs", REWARD_ERRORS, ids=["outcome", "step"])
+@pytest.mark.parametrize("message, kwargs", REWARD_ERRORS, ids=["outcome", "weighted", "step"])
 def test_reward_that_would_overflow_the_group_statistics_is_refused(make_trainer, message, kwargs):
     trainer = make_trainer(max_steps=1, **kwargs)
     with pytest.raises(ValueError, match=message):
@@ -271,8 +291,13 @@ def test_large_finite_rewards_still_train():
     rewards = torch.tensor([0.0, 1.0, 0.5, 1.0])
     scaled = group_relative_advantages(rewards * 1e6, group_size=4, eps=0.0)  # eps aside, the scale cancels
     torch.testing.assert_close(scaled, group_relative_advantages(rewards, group_size=4, eps=0.0))
-    huge = group_relative_advantages(rewards * 1e20, group_size=4)  # what the bound prevents: silent zeros
-    assert not huge.any()
+    # the statistics run in float64: rewards up to the float32 maximum give the same advantages (they were all 0)
+    for scale in (1e20, 3e38):
+        torch.testing.assert_close(
+            group_relative_advantages(rewards * scale, group_size=4, eps=0.0),
+            group_relative_advantages(rewards, group_size=4, eps=0.0),
+        )
+    assert group_relative_advantages(rewards * 3e38, group_size=4).dtype == torch.float32
 
 
 # ------------------------------------------------------------------ step reward sources (PRM), called directly
@@ -363,13 +388,17 @@ def _diversity_calls():
         ("batch_diversity: self_bleu_max_n must be", lambda: d.batch_diversity(*two, 2, self_bleu_max_n=0)),
         ("batch_diversity: repetition_n must be", lambda: d.batch_diversity(*two, 2, repetition_n=1.5)),
         ("batch_diversity: 3 rows do not split", lambda: d.batch_diversity(*three, 2)),
+        # float token ids were cast to integers silently (Distinct-2 0.0625 from logits)
+        ("distinct_n_batch: token ids must be an integer tensor", lambda: d.distinct_n_batch(two[0] * 0.3, two[1], 2)),
+        ("batch_diversity: token ids must be an integer tensor", lambda: d.batch_diversity(two[0] * 0.3, two[1], 2)),
+        ("self_bleu_batch: token ids must be an integer tensor", lambda: d.self_bleu_batch(two[0] * 0.5, two[1], 2)),
     ]
 
 
-@pytest.mark.parametrize("index", range(15))
+@pytest.mark.parametrize("index", range(18))
 def test_diversity_metric_bad_arguments_are_named(index):
     message, call = _diversity_calls()[index]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         call()
 
 
@@ -518,7 +547,123 @@ def test_bad_trainer_arguments_are_named(make_trainer, message, kwargs):
         make_trainer(**kwargs)
 
 
+# (field, value): set after the config was built (issue 26: inf trained at temperature inf; NaN failed later naming no
+# field), refused with the construction message when the trainer is built, and when training starts
+LATE_CHANGES = [
+    ("aepo_temperature_high", INF),
+    ("kl_target", NAN),
+    ("kl_beta_max", 1e300),
+    ("token_clip", "clip_cow"),
+]
+
+
+@pytest.mark.parametrize("field, value", LATE_CHANGES, ids=[f for f, _ in LATE_CHANGES])
+def test_a_field_changed_after_construction_gets_the_same_error(make_trainer, field, value, monkeypatch):
+    from trl_grpo_ext import GRPOExtConfig as Config
+
+    fields = dict(entropy_control="aepo", kl_control="adaptive", beta=0.04)
+    original = Config.__post_init__
+
+    def change_after(self):  # the user's `args.<field> = value` right after construction
+        original(self)
+        setattr(self, field, value)
+
+    monkeypatch.setattr(Config, "__post_init__", change_after)
+    with pytest.raises(ValueError, match=rf"GRPOExtConfig\.{field}=.*Fix:"):
+        make_trainer(**fields)  # built after the change
+    monkeypatch.setattr(Config, "__post_init__", original)
+    trainer = make_trainer(**fields, max_steps=1)
+    setattr(trainer.args, field, value)  # changed once the trainer exists
+    with pytest.raises(ValueError, match=rf"GRPOExtConfig\.{field}=.*Fix:"):
+        trainer.train()
+
+
+# (what the error says, the training rows); before: raw KeyError 'prompt', IndexError, tokenizer errors naming no row
+PROMPT_ERRORS = [
+    (
+        r"train_dataset has no 'prompt' column \(columns: \['question', 'answer'\]\)",
+        [{"question": "1+1=", "answer": "2"}],
+    ),
+    (
+        r"train_dataset\['prompt'\]\[1\] = '' \(str\)",
+        [{"prompt": "1+1=", "answer": "2"}, {"prompt": "", "answer": "0"}],
+    ),
+    (r"train_dataset\['prompt'\]\[0\] = 42 \(int\)", [{"prompt": 42, "answer": "2"}]),
+    (r"train_dataset\['prompt'\]\[0\] = \[\] \(list\)", [{"prompt": [], "answer": "2"}]),
+]
+
+
+@pytest.mark.parametrize("message, rows", PROMPT_ERRORS, ids=[str(i) for i in range(len(PROMPT_ERRORS))])
+def test_bad_prompts_are_named_with_their_row(tiny_model_path, tokenizer, tmp_path, message, rows):
+    from conftest import TINY_ARGS
+    from datasets import Dataset
+
+    from trl_grpo_ext import GRPOExtTrainer, testkit
+
+    dataset = Dataset.from_list(rows * 16)
+    with pytest.raises(ValueError, match=message):
+        GRPOExtTrainer(
+            model=tiny_model_path,
+            reward_funcs=testkit.exact_match_reward,
+            args=GRPOExtConfig(**{**TINY_ARGS, "output_dir": str(tmp_path)}),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
+
+
+def test_an_async_reward_that_raises_is_named():
+    """Before: the naming wrapper skipped coroutine functions, and TRL surfaced a raw KeyError."""
+    import asyncio
+    import inspect
+
+    from trl_grpo_ext.trainer import _with_context
+
+    async def lookup(completions, **kwargs):
+        return [{"a": 1.0}[c] for c in completions]
+
+    wrapped = _with_context(lookup)
+    assert inspect.iscoroutinefunction(wrapped)  # TRL still awaits it with the other async rewards
+    assert asyncio.run(wrapped(completions=["a"])) == [1.0]
+    with pytest.raises(RuntimeError, match=r"Reward function 'lookup' raised KeyError: 'b'"):
+        asyncio.run(wrapped(completions=["b"]))
+
+
+# (error type, what it says, the call); before: TypeError 'int' object is not subscriptable, zip() length errors,
+# invalid literal for int(), 16 workers accepted on 2 cores (77 s, 8.4 GiB to start)
+def _math_calls():
+    from trl_grpo_ext.rewards import math_accuracy_reward, set_math_reward_workers
+    from trl_grpo_ext.rewards.math import math_reward_workers
+
+    def bad_local_world_size():
+        old = os.environ.get("LOCAL_WORLD_SIZE")
+        os.environ["LOCAL_WORLD_SIZE"] = "abc"
+        try:
+            return math_reward_workers()
+        finally:
+            os.environ.pop("LOCAL_WORLD_SIZE") if old is None else os.environ.update(LOCAL_WORLD_SIZE=old)
+
+    return [
+        (TypeError, r"completion 0 is int 42", lambda: math_accuracy_reward([42], solution=["#### 42"])),
+        (ValueError, r"2 completions but 1 references", lambda: math_accuracy_reward(["a", "b"], solution=["1"])),
+        (ValueError, r"LOCAL_WORLD_SIZE='abc' is not an integer", bad_local_world_size),
+        (ValueError, r"math reward workers=1000000: at most", lambda: set_math_reward_workers(10**6)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_math_reward_inputs_are_named(index):
+    error, message, call = _math_calls()[index]
+    with pytest.raises(error, match=message):
+        call()
+
+
 # ------------------------------------------------------------------ documented fallbacks of the pure functions
+def diversity_module():
+    from trl_grpo_ext.core import diversity
+
+    return diversity
+
+
 def _fallbacks():
     import torch
 
@@ -563,6 +708,12 @@ def _fallbacks():
             "advantages 0",
             lambda: group_relative_advantages(torch.tensor([NAN] * 4), 4).tolist(),
             [0.0] * 4,
+        ),
+        (
+            "self-BLEU of groups of one completion",
+            "0.0 (no reference), as the list API gives",
+            lambda: diversity_module().self_bleu_batch(torch.tensor([[1, 2, 3], [1, 2, 4]]), torch.ones(2, 3), 1),
+            0.0,
         ),
         (
             "equal rewards in a group",
@@ -671,7 +822,7 @@ def test_documented_fallback_value(index):
 # ------------------------------------------------------------------ the catalogue behind docs/reliability.md
 def catalogue():
     """(group, clear errors, documented fallbacks, test names) for every table-driven bad-input case in the suite."""
-    from test_reliability import DAMAGED_FAMILY_STATE, DAMAGED_STATE
+    from test_reliability import DAMAGED_FAMILY_STATE, DAMAGED_STATE, DAMAGED_TRAINER_STATE
 
     here, reliability = "test_bad_inputs.py", "test_reliability.py"
     return [
@@ -698,6 +849,24 @@ def catalogue():
                 "test_reward_outputs_trl_accepts_pass_unchanged",
                 "test_bad_step_reward_output_is_named",
                 "test_step_scores_as_generators_tensors_and_numpy_are_accepted",
+            ],
+        ),
+        (
+            "changed after construction",
+            len(LATE_CHANGES),
+            0,
+            here,
+            ["test_a_field_changed_after_construction_gets_the_same_error"],
+        ),
+        (
+            "prompts and reward functions",
+            len(PROMPT_ERRORS) + 1 + len(_math_calls()),
+            0,
+            here,
+            [
+                "test_bad_prompts_are_named_with_their_row",
+                "test_an_async_reward_that_raises_is_named",
+                "test_math_reward_inputs_are_named",
             ],
         ),
         (
@@ -730,6 +899,13 @@ def catalogue():
                 "test_damaged_extension_state_is_an_error_naming_the_file_and_key",
                 "test_damaged_aepo_and_monitor_state_is_refused",
             ],
+        ),
+        (
+            "damaged trainer_state.json (resume, plot)",
+            len(DAMAGED_TRAINER_STATE) + 3,
+            len(DAMAGED_TRAINER_STATE),
+            reliability,
+            ["test_a_damaged_trainer_state_is_skipped_or_named", "test_plot_names_a_damaged_trainer_state"],
         ),
         (
             "degenerate data (rewards, steps, batches, answers)",

@@ -166,6 +166,45 @@ def test_checkpointed_beta_above_a_new_clamp_is_clamped_and_said(make_trainer, t
     assert last_logs(resumed)[0]["kl/beta"] <= 0.1
 
 
+#: damaged trainer_state.json contents (transformers writes it in place: a kill can truncate it)
+DAMAGED_TRAINER_STATE = ['{"global_step": 2, "log_hist', "", "\x00\x01"]
+
+
+@pytest.mark.parametrize("content", DAMAGED_TRAINER_STATE, ids=["truncated", "empty", "binary"])
+def test_a_damaged_trainer_state_is_skipped_or_named(make_trainer, tmp_path, caplog, content):
+    """Issue 26: resume_from_checkpoint=True picked a checkpoint whose trainer_state.json a kill had truncated, then
+    died on a raw JSONDecodeError. Now the previous complete checkpoint is taken, with a warning naming the file; an
+    explicit path to the damaged one is an error naming it."""
+    make_trainer(**{**KL_RESUME, "max_steps": 2}).train()
+    damaged = tmp_path / "out" / "checkpoint-2"
+    (damaged / "trainer_state.json").write_text(content)
+    resumed = make_trainer(**KL_RESUME)
+    with caplog.at_level("WARNING"):
+        resumed.train(resume_from_checkpoint=True)
+    assert f"Skipping {damaged}: trainer_state.json is damaged" in caplog.text
+    assert resumed.state.global_step == 3  # resumed at checkpoint-1, trained to the end
+    (damaged / "trainer_state.json").write_text(content)  # the resumed run saved checkpoint-2 again
+    with pytest.raises(ValueError, match=r"checkpoint-2'?: trainer_state\.json is damaged .*Fix: resume from an"):
+        make_trainer(**KL_RESUME).train(resume_from_checkpoint=str(damaged))
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [('{"log_hist', "is not valid JSON"), ('{"global_step": 3}', "has no 'log_history' list"), ("[]", "has no")],
+    ids=["truncated", "no log_history", "a list"],
+)
+def test_plot_names_a_damaged_trainer_state(tmp_path, content, message):
+    import subprocess
+    import sys
+
+    (tmp_path / "trainer_state.json").write_text(content)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trl_grpo_ext.plot", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"error: {tmp_path / 'trainer_state.json'}" in proc.stderr and message in proc.stderr
+
+
 def test_resume_true_without_a_complete_checkpoint_is_a_clear_error(make_trainer, tmp_path):
     (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
     with pytest.raises(ValueError, match="no complete checkpoint"):

@@ -28,6 +28,24 @@ AEPO_0_1_0 = {
 #: A token-clip ratio above this is more likely a percentage pasted as a fraction (0.2 for 0.2%) than intended.
 PERCENT_TRAP_RATIO = 0.05
 
+#: Finite but absurd values, refused: field -> (lowest, highest, why, example). A huge KL cap with a short horizon
+#: drove beta to 2.6e8 and the loss to 1.9e7; a reward weight of 1e30 made TRL's reward std inf and every advantage 0;
+#: a temperature of 1e6 samples noise. The bounds sit orders of magnitude beyond any published setting.
+SANE_BOUNDS: dict[str, tuple[float, float, str, str]] = {
+    "beta": (0.0, 100.0, "a KL coefficient above 100 leaves only the KL term in the loss", "beta=0.04"),
+    "kl_beta_min": (0.0, 100.0, "beta is clamped to [kl_beta_min, kl_beta_max], at most 100", "kl_beta_min=1e-4"),
+    "kl_beta_max": (0.0, 100.0, "beta is clamped to [kl_beta_min, kl_beta_max], at most 100", "kl_beta_max=1.0"),
+    "kl_target": (0.0, 100.0, "a per-token mean KL target above 100 nats is never a target", "kl_target=0.1"),
+    "kl_horizon": (1.0, 1e9, "the horizon counts completions; below one, beta jumps many-fold per step", "10000"),
+    "reward_weights": (-1e6, 1e6, "weights beyond 1e6 overflow TRL's float32 reward statistics", "[1.0]"),
+    "aepo_temperature_high": (0.0, 10.0, "a sampling temperature above 10 samples noise", "aepo_temperature_high=1.2"),
+    "aepo_temperature_low": (0.0, 10.0, "a sampling temperature above 10 samples noise", "aepo_temperature_low=0.8"),
+    "aepo_target_entropy": (0.0, 20.0, "token entropy is at most ln(vocabulary size), under 20 nats", "0.5"),
+    "aepo_coef": (0.0, 1e3, "a weight above 1000 leaves only the AEPO term in the loss", "aepo_coef=1.0"),
+    "kl_cov_coef": (0.0, 1e3, "a weight above 1000 leaves only the KL-Cov penalty in the loss", "kl_cov_coef=1.0"),
+    "prm_outcome_coef": (-1e3, 1e3, "a weight beyond 1000 drowns the step advantages", "prm_outcome_coef=1.0"),
+}
+
 
 def _fail(field_name: str, value, problem: str, fix: str) -> None:
     raise ValueError(f"GRPOExtConfig.{field_name}={value!r}: {problem}. Fix: {fix}")
@@ -769,6 +787,12 @@ class GRPOExtConfig(
 
     def __post_init__(self):
         super().__post_init__()
+        self.validate()
+
+    def validate(self) -> None:
+        """Every check of the extension fields (and of TRL's ``beta`` and ``reward_weights``, which the families read),
+        with the messages of construction. ``__post_init__`` runs it, and ``GRPOExtTrainer`` again when it is built and
+        when training starts, so a field changed after construction gets the same clear error."""
         self._check_numbers()
         self._check_switches()
         for section in SECTIONS:  # each family's own checks, in the order of the sections
@@ -798,6 +822,11 @@ class GRPOExtConfig(
             _fail("beta", self.beta, "must be >= 0 (a KL coefficient)", "e.g. beta=0.04, or 0 for no KL term")
         for weight in self.reward_weights or []:
             _check_number("reward_weights", weight, whole=self.reward_weights)
+        for name, (low, high, why, example) in SANE_BOUNDS.items():
+            values = getattr(self, name)
+            for value in values if isinstance(values, (list, tuple)) else [] if values is None else [values]:
+                if not low <= value <= high:
+                    _fail(name, values, f"outside [{low:g}, {high:g}]: {why}", f"e.g. {example}")
         for name, low, high, example in (
             ("collapse_entropy_min", 0.0, None, 0.1),
             ("collapse_repetition_max", 0.0, 1.0, 0.5),

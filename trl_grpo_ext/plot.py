@@ -97,7 +97,19 @@ def load_log_history(run_dir: str | Path) -> list[dict]:
                 "or save_strategy='steps'."
             )
         path = checkpoints[-1]
-    return json.loads(path.read_text())["log_history"]
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"{path} is not valid JSON ({error}): the run was probably killed while writing it. Fix: plot an earlier "
+            "checkpoint folder, or re-save the state with trainer.save_state()."
+        ) from None
+    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+        raise ValueError(
+            f"{path} has no 'log_history' list: it is not a transformers trainer_state.json. Fix: pass the run's "
+            "output folder (the one trainer.save_state() wrote)."
+        )
+    return state["log_history"]
 
 
 def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
@@ -152,7 +164,10 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("runs", nargs="+", help="run output folders")
     parser.add_argument("--out", default=None, help="where to write the PNGs (default: <first run>/plots)")
     args = parser.parse_args(argv)
-    runs = {os.path.basename(os.path.normpath(r)): load_log_history(r) for r in args.runs}
+    try:
+        runs = {os.path.basename(os.path.normpath(r)): load_log_history(r) for r in args.runs}
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"error: {error}\n")
     written = plot_runs(runs, args.out or os.path.join(args.runs[0], "plots"))
     for path in written:
         print(path)

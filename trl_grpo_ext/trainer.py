@@ -435,28 +435,90 @@ def _check_reward_output(name: str, output):
 
 def _with_context(func):
     """Wrap a Python reward function so that an exception names the function that raised it (TRL's does not), and a
-    malformed output is refused with its name (TRL would fail later on it, naming nothing)."""
-    if isinstance(func, torch.nn.Module) or inspect.iscoroutinefunction(func):
+    malformed output is refused with its name (TRL would fail later on it, naming nothing). An async function stays
+    one (TRL awaits those concurrently)."""
+    if isinstance(func, torch.nn.Module):
         return func
     name = getattr(func, "__name__", type(func).__name__)
+
+    def named(error: Exception) -> RuntimeError:
+        return RuntimeError(
+            f"Reward function '{name}' raised {type(error).__name__}: {error}. Fix the function, or return None "
+            "for the completions it cannot score (they get advantage 0)."
+        )
+
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def awaited(*args, **kwargs):
+            try:
+                output = await func(*args, **kwargs)
+            except Exception as error:
+                raise named(error) from error
+            return _check_reward_output(name, output)
+
+        return awaited
 
     @functools.wraps(func)
     def wrapped(*args, **kwargs):
         try:
             output = func(*args, **kwargs)
         except Exception as error:
-            raise RuntimeError(
-                f"Reward function '{name}' raised {type(error).__name__}: {error}. Fix the function, or return None "
-                "for the completions it cannot score (they get advantage 0)."
-            ) from error
+            raise named(error) from error
         return _check_reward_output(name, output)
 
     return wrapped
 
 
-def last_complete_checkpoint(output_dir: str) -> str:
-    """The newest ``checkpoint-N`` folder of ``output_dir`` that holds ``trainer_state.json``; incomplete newer ones
-    (a kill while saving) are skipped with a warning. Raises ``ValueError`` when there is none."""
+def _check_prompts(datasets: dict[str, Any]) -> None:
+    """Every (map-style) dataset has a ``prompt`` column of non-empty text or chat messages: TRL fails on the others
+    deep inside generation with a raw ``KeyError: 'prompt'``, ``IndexError`` or tokenizer error naming no row."""
+    for label, dataset in datasets.items():
+        names = getattr(dataset, "column_names", None)
+        if dataset is None or names is None or not hasattr(dataset, "__len__"):
+            continue  # streaming datasets are read lazily: TRL reports their rows as it meets them
+        if "prompt" not in names:
+            raise ValueError(
+                f"{label} has no 'prompt' column (columns: {names}). Fix: rename the column that holds the prompts to "
+                "'prompt' (dataset.rename_column(old, 'prompt')); other columns reach the reward functions by name."
+            )
+        for i, prompt in enumerate(dataset["prompt"]):
+            if isinstance(prompt, str):
+                ok = bool(prompt)
+            elif isinstance(prompt, list):  # conversational: messages with text content
+                ok = bool(prompt) and all(isinstance(m, dict) and "content" in m for m in prompt)
+            else:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"{label}['prompt'][{i}] = {prompt!r:.80} ({type(prompt).__name__}): a prompt must be a non-empty "
+                    "string or a non-empty list of chat messages ({'role': ..., 'content': ...}). Fix: drop or repair "
+                    "that row (dataset.filter(...)), or cast the column to text."
+                )
+
+
+def checkpoint_damage(folder: str, *, ext_state: bool = True) -> str | None:
+    """Why the checkpoint ``folder`` cannot be resumed from, or None: its ``trainer_state.json`` (written last by
+    transformers, in place, so a kill can leave it truncated) must exist and parse, and with ``ext_state`` the
+    extensions' state file must parse when present."""
+    state = os.path.join(folder, TRAINER_STATE_NAME)
+    if not os.path.exists(state):
+        return f"it has no {TRAINER_STATE_NAME} (saving was interrupted)"
+    for path in (state, os.path.join(folder, STATE_FILE)):
+        if path != state and (not ext_state or not os.path.exists(path)):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            return f"{os.path.basename(path)} is damaged ({error})"
+    return None
+
+
+def last_complete_checkpoint(output_dir: str, *, ext_state: bool = True) -> str:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` whose files parse (:func:`checkpoint_damage`); damaged or
+    incomplete newer ones (a kill while saving) are skipped with a warning naming the file. Raises ``ValueError``
+    when there is none."""
     folders = []
     if os.path.isdir(output_dir):
         for name in os.listdir(output_dir):
@@ -464,12 +526,13 @@ def last_complete_checkpoint(output_dir: str) -> str:
             if match and os.path.isdir(os.path.join(output_dir, name)):
                 folders.append((int(match.group(1)), os.path.join(output_dir, name)))
     for _, folder in sorted(folders, reverse=True):
-        if os.path.exists(os.path.join(folder, TRAINER_STATE_NAME)):
+        damage = checkpoint_damage(folder, ext_state=ext_state)
+        if damage is None:
             return folder
-        logger.warning("Skipping %s: it has no %s (saving was interrupted).", folder, TRAINER_STATE_NAME)
+        logger.warning("Skipping %s: %s; resuming from an earlier checkpoint.", folder, damage)
     raise ValueError(
-        f"resume_from_checkpoint=True: no complete checkpoint (a {PREFIX_CHECKPOINT_DIR}-N folder with "
-        f"{TRAINER_STATE_NAME}) in output_dir={output_dir!r}. Fix: pass the checkpoint's path, or start without "
+        f"resume_from_checkpoint=True: no complete checkpoint (a {PREFIX_CHECKPOINT_DIR}-N folder whose "
+        f"{TRAINER_STATE_NAME} parses) in output_dir={output_dir!r}. Fix: pass the checkpoint's path, or start without "
         "resuming."
     )
 
@@ -526,6 +589,7 @@ class GRPOExtTrainer(GRPOTrainer):
                 f"GRPOExtTrainer needs args=GRPOExtConfig(...), got {type(args).__name__}. GRPOExtConfig takes every "
                 "GRPOConfig field: replace GRPOConfig(...) with GRPOExtConfig(...)."
             )
+        args.validate()  # a field changed since the config was built gets the error construction would have given
         if not trl.__version__.startswith(TRL_VERSION + "."):
             warnings.warn(
                 f"trl_grpo_ext hooks private methods of TRL {TRL_VERSION}.x but TRL {trl.__version__} is installed; "
@@ -556,6 +620,12 @@ class GRPOExtTrainer(GRPOTrainer):
                     "functions with trl_grpo_ext.rewards.STEP_REWARD_FUNCS.get(name)); a PRM model goes in "
                     "GRPOExtConfig.prm_model_name_or_path."
                 )
+        _check_prompts({"train_dataset": kwargs["train_dataset"]})
+        eval_sets = kwargs["eval_dataset"]
+        if isinstance(eval_sets, dict):
+            _check_prompts({f"eval_dataset[{key!r}]": value for key, value in eval_sets.items()})
+        else:
+            _check_prompts({"eval_dataset": eval_sets})
         self.ext_clock = ExtClock()  # set before super().__init__ so no hook can run without it
         super().__init__(model, reward_funcs, args, **kwargs)
         self._check_dataset_size()
@@ -631,8 +701,16 @@ class GRPOExtTrainer(GRPOTrainer):
             bad = sorted({self.reward_func_names[j] for j in huge.nonzero()[:, 1].tolist()})
             raise ValueError(
                 f"Reward function(s) {bad} returned a reward above {MAX_ABS_REWARD:g} in absolute value "
-                f"(largest {rewards_per_func[huge].abs().max().item():.3g}): the group statistics (float32) would "
+                f"(largest {rewards_per_func[huge].abs().max().item():.3g}): TRL's group statistics (float32) would "
                 "overflow and every advantage would silently be 0. Rescale the reward (e.g. divide it by its scale)."
+            )
+        weighted = combined_rewards(rewards_per_func, self.reward_weights).abs()
+        if bool((weighted > MAX_ABS_REWARD).any()):  # NaN compares False
+            raise ValueError(
+                f"The weighted reward sum reaches {weighted.nan_to_num(0.0).max().item():.3g} (reward_weights="
+                f"{self.reward_weights.tolist()}), above {MAX_ABS_REWARD:g}: TRL's group statistics (float32) would "
+                "overflow and every advantage would silently be 0. Fix: lower GRPOExtConfig.reward_weights or rescale "
+                "the rewards."
             )
         self._log_reward_timeouts()
         self._ext_rewards_per_func = rewards_per_func
@@ -888,11 +966,22 @@ class GRPOExtTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        """TRL's ``train``; ``resume_from_checkpoint=True`` takes the last *complete* checkpoint (one with the
-        Trainer's ``trainer_state.json``, written last), where transformers takes the last folder even if a kill
-        interrupted its writing."""
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+        """TRL's ``train``, after checking the config again (a field changed since construction gets the same error);
+        ``resume_from_checkpoint=True`` takes the last *complete* checkpoint (every file it needs parses), where
+        transformers takes the last folder even if a kill interrupted its writing."""
+        self.args.validate()  # fields changed after the trainer was built: the same errors as at construction
+        if resume_from_checkpoint is True:  # a damaged state file of ours matters only when it is to be loaded
+            resume_from_checkpoint = last_complete_checkpoint(
+                self.args.output_dir, ext_state=self.args.ext_resume_state == "load"
+            )
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint):
+            # transformers' file; ours gets its own message (and the 'ignore' escape hatch) when it is loaded
+            damage = checkpoint_damage(str(resume_from_checkpoint), ext_state=False)
+            if damage is not None:
+                raise ValueError(
+                    f"resume_from_checkpoint={str(resume_from_checkpoint)!r}: {damage}. Fix: resume from an earlier "
+                    "checkpoint, or pass resume_from_checkpoint=True to take the newest complete one."
+                )
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     @property

@@ -29,13 +29,15 @@ def nan_std(
     """
     if kind not in ("sample", "population"):
         raise ValueError(f"std kind must be 'sample' or 'population', got {kind!r}.")
+    dtype = x.dtype
+    x = x.double()  # squares of float32 values above ~1.8e19 overflow; float64 holds them up to the float32 maximum
     mean = torch.nanmean(x, dim=dim, keepdim=True)
     var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
     if kind == "sample":
         count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
         correction = torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
         var = var * correction
-    std = torch.sqrt(var)
+    std = torch.sqrt(var).to(dtype)
     if not keepdim:
         std = std.squeeze(dim) if dim is not None else std.reshape(())
     return std
@@ -64,7 +66,8 @@ def group_relative_advantages(
         eps: added to the std before dividing.
 
     Returns:
-        (N,) advantages, finite everywhere.
+        (N,) advantages in the dtype of ``rewards``, finite everywhere: the statistics run in float64, so rewards up
+        to the float32 maximum give the right advantages.
 
     Example (the seed document's worked example: population std 0.1275, A ~ {-0.392, 0, -1.176, 1.569}):
         >>> group_relative_advantages(torch.tensor([0.20, 0.25, 0.10, 0.45]), 4, std="population", eps=0.0)
@@ -76,6 +79,8 @@ def group_relative_advantages(
         raise ValueError(f"The number of rewards ({rewards.numel()}) must be a multiple of group_size ({group_size}).")
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}.")
+    dtype = rewards.dtype
+    rewards = rewards.double()  # (N,) float64: the statistics of rewards up to the float32 maximum do not overflow
     grouped = rewards.view(-1, group_size)  # (N/G, G)
     mean = torch.nanmean(grouped, dim=1, keepdim=True)  # (N/G, 1)
     advantages = grouped - mean  # (N/G, G)
@@ -87,4 +92,4 @@ def group_relative_advantages(
     elif scale == "batch":
         spread = nan_std(rewards, kind=std) if rewards.numel() > 1 else rewards.new_zeros(())
         advantages = advantages / (spread + eps)
-    return torch.nan_to_num(advantages.reshape(-1), nan=0.0)
+    return torch.nan_to_num(advantages.reshape(-1), nan=0.0).to(dtype)

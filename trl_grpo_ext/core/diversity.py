@@ -19,6 +19,16 @@ def _check_n(function: str, name: str, n) -> None:
         raise ValueError(f"{function}: {name} must be an integer >= 1 (an n-gram size), got {n!r}.")
 
 
+def _check_ids(function: str, ids) -> None:
+    """Token ids must be an integer tensor: float ids were cast to integers silently (0.3 -> 0), which gave
+    plausible-looking but meaningless Distinct-N."""
+    if getattr(ids, "is_floating_point", lambda: False)() or getattr(ids, "is_complex", lambda: False)():
+        raise TypeError(
+            f"{function}: token ids must be an integer tensor, got dtype {ids.dtype}. Fix: pass the tokenizer's ids "
+            "(torch.long), not logits or probabilities."
+        )
+
+
 def _check_groups(function: str, rows: int, group_size) -> None:
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"{function}: group_size must be an integer >= 1, got {group_size!r}.")
@@ -223,6 +233,7 @@ def distinct_n_batch(ids: torch.Tensor, mask: torch.Tensor, n: int, *, group_siz
     different the completions of one prompt are from each other).
     """
     _check_n("distinct_n_batch", "n", n)
+    _check_ids("distinct_n_batch", ids)
     if group_size is not None:
         _check_groups("distinct_n_batch", ids.size(0), group_size)
     counts = _ngram_counts(ids, mask, [n], group_size or max(ids.size(0), 1), clipped=False)
@@ -242,6 +253,7 @@ def _distinct(counts: _NgramCounts, k: int, *, grouped: bool) -> float:
 def repetition_rates(ids: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
     """Per row, the fraction of its n-grams that repeat an earlier one of the same row; (B,), 0 without n-grams."""
     _check_n("repetition_rates", "n", n)
+    _check_ids("repetition_rates", ids)
     return _repetition(_ngram_counts(ids, mask, [n], max(ids.size(0), 1), clipped=False), 0)
 
 
@@ -275,7 +287,10 @@ def batch_diversity(
     if repetition_n is not None:
         _check_n("batch_diversity", "repetition_n", repetition_n)
     _check_groups("batch_diversity", ids.size(0), group_size)
-    bleu_orders = range(1, self_bleu_max_n + 1) if self_bleu_max_n is not None and ids.size(0) else ()
+    _check_ids("batch_diversity", ids)
+    # a completion alone in its group has no reference: self-BLEU 0.0, as self_bleu_batch gives
+    with_bleu = self_bleu_max_n is not None and ids.size(0) > 0 and group_size > 1
+    bleu_orders = range(1, self_bleu_max_n + 1) if with_bleu else ()
     orders = sorted({*ngram_sizes, *bleu_orders, *([repetition_n] if repetition_n is not None else [])})
     out: dict[str, float | torch.Tensor] = {}
     # Small batches count all orders in one pass (fewer operations); large ones one order at a time (arrays that fit
@@ -306,6 +321,7 @@ def unique_fraction(ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> f
     """Mean over groups of (distinct completions / completions): 1/G when a group collapsed to one answer; 0.0 for an
     empty batch."""
     _check_groups("unique_fraction", ids.size(0), group_size)
+    _check_ids("unique_fraction", ids)
     if ids.size(0) == 0:
         return 0.0
     lengths = mask.long().sum(1)
@@ -338,8 +354,9 @@ def self_bleu_batch(ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, m
     """
     _check_n("self_bleu_batch", "max_n", max_n)
     _check_groups("self_bleu_batch", ids.size(0), group_size)
+    _check_ids("self_bleu_batch", ids)
     n_rows = ids.size(0)
-    if n_rows == 0:
+    if n_rows == 0 or group_size < 2:  # a completion alone in its group has no reference: 0.0, as self_bleu gives
         return 0.0
     counts = _ngram_counts(ids, mask, range(1, max_n + 1), group_size, clipped=True)
     log_precision = torch.zeros(n_rows, device=ids.device)

@@ -95,12 +95,14 @@ def prm_step_advantages(
         raise ValueError(f"The number of completions ({n}) must be a multiple of group_size ({group_size}).")
     if bool((valid & (ends >= seq_len)).any()):
         raise ValueError(f"A step ends at token {int(ends[valid].max())}, outside the {seq_len} completion tokens.")
+    dtype = rewards.dtype
     scored = valid & ~torch.isnan(rewards)  # (N, K)
-    grouped = rewards.masked_fill(~scored, float("nan")).reshape(n // group_size, group_size * k)  # (N/G, G*K)
+    # float64 statistics: sums and squares of step rewards up to the float32 maximum do not overflow
+    grouped = rewards.double().masked_fill(~scored, float("nan")).reshape(n // group_size, group_size * k)  # (N/G, G*K)
     mean = torch.nanmean(grouped, dim=1, keepdim=True)  # (N/G, 1)
     spread = nan_std(grouped, dim=1, kind=std, keepdim=True) if k > 0 else torch.zeros_like(mean)
     normalised = ((grouped - mean) / (spread + eps)).reshape(n, k)  # (N, K)
     normalised = torch.where(scored, torch.nan_to_num(normalised, nan=0.0), torch.zeros_like(normalised))
     at_end = torch.zeros(n, seq_len + 1, dtype=normalised.dtype, device=normalised.device)  # last column: sink
     at_end.scatter_add_(1, torch.where(valid, ends, torch.full_like(ends, seq_len)), normalised)
-    return at_end[:, :seq_len].flip(1).cumsum(1).flip(1)  # (N, T)
+    return at_end[:, :seq_len].flip(1).cumsum(1).flip(1).to(dtype)  # (N, T)

@@ -102,7 +102,7 @@ def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Datas
 def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
     """The SFT warm start for ``seed`` on the chatty teacher (the addition testbed's model size and SFT settings),
     built once into ``cache_dir``; returns its path."""
-    name = f"chatty-h128-l4-n{examples}-lr0.002-b64-s{seed}-v1"
+    name = f"chatty{CHATTY:g}-h128-l4-n{examples}-lr0.002-b64-s{seed}-v1"
     path = os.path.join(cache_dir, name)
     return testbed.sft_warm_start(
         path,
