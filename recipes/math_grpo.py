@@ -43,9 +43,10 @@ from trl import ModelConfig, TrlParser
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed, testkit
 from trl_grpo_ext.data import load_math_dataset
-from trl_grpo_ext.evaluation import evaluate_multistep
-from trl_grpo_ext.plot import plot_runs
+from trl_grpo_ext.evaluation import evaluate_multistep, greedy_accuracy, sampled_evaluation
+from trl_grpo_ext.plot import plot_pass_at_k, plot_runs
 from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS, set_math_reward_workers
+from trl_grpo_ext.testbeds import forks
 
 TINY_MODEL = "tiny"
 #: What the side-by-side table shows, in this order (held-out numbers; see trl_grpo_ext.testbed.evaluate).
@@ -60,12 +61,21 @@ class MathScriptArguments:
         default="synthetic",
         metadata={"help": "'synthetic' (offline, see synthetic_task), a Hub dataset id, or a local json/parquet."},
     )
-    synthetic_task: Literal["addition", "chains"] = field(
+    synthetic_task: Literal["addition", "chains", "forks"] = field(
         default="addition",
         metadata={
             "help": 'Offline task of dataset_name=synthetic. \'addition\': the learning testbed ("47+8=" -> "55", '
             "a careless-teacher warm start; trl_grpo_ext.testbed). 'chains': multi-step sums written one step per "
-            'line ("3+4+2=" -> "3+4=7\\n7+2=9\\n9"), for PRM step rewards.'
+            'line ("3+4+2=" -> "3+4=7\\n7+2=9\\n9"), for PRM step rewards. \'forks\': many right answers '
+            '("35241628 3:" -> any "3+5-2..." with three minus signs; trl_grpo_ext.testbeds.forks), evaluated by '
+            "pass@k up to 64 and distinct right answers."
+        },
+    )
+    eval_split: Literal["test", "validation"] = field(
+        default="test",
+        metadata={
+            "help": "Held-out half the 'forks' task is evaluated on: 'test' for results, 'validation' for choosing "
+            "settings."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration (e.g. 'main')."})
@@ -239,10 +249,55 @@ def prepare_addition_model(script_args, training_args, state: PartialState) -> s
     return testbed.warm_start(script_args.cache_dir, **kwargs)
 
 
+def prepare_forks_model(script_args, training_args, state: PartialState) -> str:
+    """The forks testbed's careless-teacher warm start (trained by every process, written by the main one, cached)."""
+    return forks.warm_start(
+        script_args.cache_dir,
+        seed=training_args.seed,
+        examples=script_args.sft_num_examples or 40_000,
+        hidden_size=script_args.tiny_hidden_size,
+        num_layers=script_args.tiny_num_layers,
+        use_cpu=training_args.use_cpu,
+        log=lambda message: print(f"[math_grpo] {message}"),
+    )
+
+
+#: Samples per held-out prompt of the 'forks' task: pass@k for k = 1, 2, 4, ..., 64 and distinct right answers.
+FORKS_SAMPLES = 64
+
+
+def forks_evaluator(script_args, training_args, tokenizer):
+    """``evaluate(model) -> dict`` on the forks task's held-out prompts: greedy accuracy (``answer_acc``), pass@k from
+    64 samples at temperature 1 (``pass_at_1`` ... ``pass_at_64`` and the curve ``pass_at_k``), distinct right answers
+    per prompt (``distinct_correct``); and ``quick(model)``, the greedy accuracy alone (for checkpoints)."""
+    prompts = forks.problems(script_args.eval_num_problems or 128, split=script_args.eval_split, seed=0)["prompt"]
+    length = training_args.max_completion_length
+
+    def quick(model) -> float:
+        return greedy_accuracy(model, tokenizer, prompts, gold=forks.gold, max_new_tokens=length)
+
+    def evaluate(model) -> dict:
+        sampled = sampled_evaluation(
+            model, tokenizer, prompts, gold=forks.gold, samples=FORKS_SAMPLES, temperature=1.0, max_new_tokens=length,
+            seed=training_args.seed,
+        )  # fmt: skip
+        curve = sampled["pass_at_k"]
+        return {
+            "answer_acc": quick(model),
+            **{f"pass_at_{k}": curve[k] for k in curve},
+            "distinct_correct": sampled["distinct_correct"],
+            "pass_at_k": {str(k): v for k, v in curve.items()},
+        }
+
+    return evaluate, quick
+
+
 def heldout_evaluator(script_args, training_args, tokenizer):
     """``evaluate(model) -> dict`` on the synthetic task's held-out problems, or None for other datasets."""
     if script_args.dataset_name != "synthetic":
         return None
+    if script_args.synthetic_task == "forks":
+        return forks_evaluator(script_args, training_args, tokenizer)[0]
     seed = training_args.seed
     common = dict(
         temperature=training_args.temperature,
@@ -292,8 +347,8 @@ def train_once(
     return trainer
 
 
-def checkpoint_evaluator(script_args, training_args, evaluate):
-    """Held-out evaluations before the final model's (``eval_checkpoints``), or None."""
+def checkpoint_evaluator(script_args, training_args, evaluate, tokenizer=None):
+    """Held-out evaluations before the final model's (``eval_checkpoints``, greedy accuracy), or None."""
     if evaluate is None or script_args.eval_checkpoints <= 1 or training_args.max_steps <= 0:
         return None
     steps = testbed.checkpoint_steps(
@@ -301,6 +356,8 @@ def checkpoint_evaluator(script_args, training_args, evaluate):
     )
     if len(steps) < 2:  # a run shorter than one interval: the final model only
         return None
+    if script_args.dataset_name == "synthetic" and script_args.synthetic_task == "forks":
+        return testbed.CheckpointEvaluator(steps[:-1], forks_evaluator(script_args, training_args, tokenizer)[1])
     return testbed.CheckpointEvaluator(steps[:-1], lambda model: evaluate(model)["answer_acc"])
 
 
@@ -344,8 +401,8 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
             "model (e.g. Qwen/Qwen2.5-Math-1.5B) for Hub or local datasets."
         )
     if tiny:
-        prepare = prepare_addition_model if script_args.synthetic_task == "addition" else prepare_chains_model
-        model_path = prepare(script_args, training_args, state)
+        prepare = {"addition": prepare_addition_model, "chains": prepare_chains_model, "forks": prepare_forks_model}
+        model_path = prepare[script_args.synthetic_task](script_args, training_args, state)
     else:
         model_path = model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -354,6 +411,8 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
 
     if synthetic and script_args.synthetic_task == "addition":
         train = testbed.addition_problems(script_args.num_train_examples or 40_000, seed=training_args.seed + 1)
+    elif synthetic and script_args.synthetic_task == "forks":
+        train = forks.problems(script_args.num_train_examples or 40_000, split="train", seed=training_args.seed + 1)
     else:
         train = load_math_dataset(
             script_args.dataset_name,
@@ -384,7 +443,7 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
 
     if script_args.compare_vanilla:
         vanilla_args = training_args.without_extensions(output_dir=os.path.join(training_args.output_dir, "vanilla"))
-        checkpoints = checkpoint_evaluator(script_args, vanilla_args, evaluate)
+        checkpoints = checkpoint_evaluator(script_args, vanilla_args, evaluate, tokenizer)
         vanilla = train_once(
             model_path, vanilla_args, reward_funcs, train, tokenizer, step_funcs, [checkpoints] if checkpoints else ()
         )
@@ -400,7 +459,7 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
             # released, so the tools' Trainer starts accelerate's state afresh (the process group stays).
             AcceleratorState._reset_state()
 
-    checkpoints = checkpoint_evaluator(script_args, training_args, evaluate)
+    checkpoints = checkpoint_evaluator(script_args, training_args, evaluate, tokenizer)
     trainer = train_once(
         model_path, training_args, reward_funcs, train, tokenizer, step_funcs, [checkpoints] if checkpoints else ()
     )
@@ -418,6 +477,15 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
         )
         summary["train"] = train_info
         plot_runs(histories, os.path.join(training_args.output_dir, "plots"))
+        runs = [run for run in ("start", "vanilla", "final") if "pass_at_k" in summary.get(run, {})]
+        curves = {run: summary[run]["pass_at_k"] for run in runs}
+        if curves:  # start / vanilla / tools, in the colours of the other plots
+            labels = {"start": "start (SFT)", "vanilla": "vanilla GRPO", "final": "GRPO + tools"}
+            plot_pass_at_k(
+                {labels[run]: curve for run, curve in curves.items()},
+                os.path.join(training_args.output_dir, "plots", "pass_at_k.png"),
+                title=f"held-out pass@k ({summary['task']})",
+            )
         with open(os.path.join(training_args.output_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         print_summary(summary, training_args.output_dir)
@@ -430,6 +498,51 @@ def _last(history: list[dict], key: str):
     return values[-1] if values else None
 
 
+def print_checkpoints(v: dict, t: dict) -> None:
+    """The mean greedy accuracy of the last checkpoints of vanilla and tools, and how one run moves between them."""
+    if "answer_acc_last_mean" not in v or "answer_acc_last_mean" not in t:
+        return
+    steps = list(t["answer_acc_checkpoints"])
+
+    def moves(run: dict) -> float:
+        return 100 * statistics.stdev(run["answer_acc_checkpoints"].values())
+
+    print(
+        f"held-out accuracy, mean of the last {len(steps)} checkpoints (steps {steps[0]}-{steps[-1]}): "
+        f"vanilla {v['answer_acc_last_mean']:.3f}, tools {t['answer_acc_last_mean']:.3f} "
+        f"({100 * (t['answer_acc_last_mean'] - v['answer_acc_last_mean']):+.1f} points); between them one "
+        f"run moves by {moves(v):.1f} / {moves(t):.1f} points (std)"
+    )
+
+
+#: What the forks task's table shows: greedy accuracy, pass@k at k = 1, 16, 64 of 64 samples, distinct right answers.
+FORKS_KEYS = ("answer_acc", "pass_at_1", "pass_at_16", "pass_at_64", "distinct_correct")
+
+
+def print_forks_summary(summary: dict, rows: list) -> None:
+    print(f"{'':<14}" + "".join(f"{k:>17}" for k in FORKS_KEYS))
+    for label, m in rows:
+        print(f"{label:<14}" + "".join(f"{m[k]:>17.3f}" for k in FORKS_KEYS))
+    start = summary["start"]
+    for key, name in (("vanilla", "vanilla GRPO"), ("final", "GRPO + tools")):
+        if key in summary:
+            run = summary[key]
+            print(
+                f"{name}: greedy accuracy {100 * start['answer_acc']:.1f}% -> {100 * run['answer_acc']:.1f}%, pass@1 "
+                f"{start['pass_at_1']:.3f} -> {run['pass_at_1']:.3f}, pass@64 {start['pass_at_64']:.3f} -> "
+                f"{run['pass_at_64']:.3f}, distinct right answers per prompt {start['distinct_correct']:.2f} -> "
+                f"{run['distinct_correct']:.2f} (of {FORKS_SAMPLES} samples)"
+            )
+    if "vanilla" in summary and "final" in summary:
+        v, t = summary["vanilla"], summary["final"]
+        print(
+            f"tools vs vanilla: distinct right answers {t['distinct_correct']:.2f} vs {v['distinct_correct']:.2f} per "
+            f"prompt, pass@1 {100 * (t['pass_at_1'] - v['pass_at_1']):+.1f} points, greedy accuracy "
+            f"{100 * (t['answer_acc'] - v['answer_acc']):+.1f} points"
+        )
+        print_checkpoints(v, t)
+
+
 def print_summary(summary: dict, output_dir: str) -> None:
     print(f"\n=== math_grpo summary (task: {summary['task']}, held-out problems) ===")
     rows = [
@@ -437,7 +550,10 @@ def print_summary(summary: dict, output_dir: str) -> None:
         for key, label in (("start", "start (SFT)"), ("vanilla", "vanilla GRPO"), ("final", "GRPO + tools"))
         if key in summary
     ]
-    if rows:
+    many_answers = rows and "distinct_correct" in rows[0][1]  # the forks task: reward-independent metrics
+    if many_answers:
+        print_forks_summary(summary, rows)
+    elif rows:
         keys = [k for k in SUMMARY_KEYS if k in rows[0][1]] + (["step_acc"] if "step_acc" in rows[0][1] else [])
         print(f"{'':<14}" + "".join(f"{k:>12}" for k in keys))
         for label, m in rows:
@@ -462,18 +578,7 @@ def print_summary(summary: dict, output_dir: str) -> None:
                 f"{t['entropy']:.3f} vs {v['entropy']:.3f} nats, Distinct-2 {t['distinct_2']:.3f} vs "
                 f"{v['distinct_2']:.3f}"
             )
-            if "answer_acc_last_mean" in v and "answer_acc_last_mean" in t:
-                steps = list(t["answer_acc_checkpoints"])
-
-                def moves(run: dict) -> float:
-                    return 100 * statistics.stdev(run["answer_acc_checkpoints"].values())
-
-                print(
-                    f"held-out accuracy, mean of the last {len(steps)} checkpoints (steps {steps[0]}-{steps[-1]}): "
-                    f"vanilla {v['answer_acc_last_mean']:.3f}, tools {t['answer_acc_last_mean']:.3f} "
-                    f"({100 * (t['answer_acc_last_mean'] - v['answer_acc_last_mean']):+.1f} points); between them one "
-                    f"run moves by {moves(v):.1f} / {moves(t):.1f} points (std)"
-                )
+            print_checkpoints(v, t)
         for sample in rows[-1][1]["samples"]:
             print("  ", sample)
     t = summary["train"]
@@ -483,8 +588,9 @@ def print_summary(summary: dict, output_dir: str) -> None:
         f"GRPO: {t['steps']} steps on {t['num_processes']} process(es), tools: {tools}; final training entropy "
         f"{entropy}, beta {t['final_beta']:.4g}"
     )
+    pass_at_k = ", pass_at_k.png" if many_answers else ""
     print(
-        f"plots: {os.path.join(output_dir, 'plots')}/ (training.png, collapse.png, families.png); summary: "
+        f"plots: {os.path.join(output_dir, 'plots')}/ (training.png, collapse.png, families.png{pass_at_k}); summary: "
         f"{os.path.join(output_dir, 'summary.json')}"
     )
 

@@ -235,3 +235,42 @@ def test_recipe_runs_two_processes(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "final"})  # the same result shape as one process
     assert summary["train"]["steps"] == 4 and summary["train"]["num_processes"] == 2
+
+
+def test_recipe_forks_task_prints_reward_independent_metrics(tmp_path):
+    """The many-answers task: greedy accuracy, pass@k from 64 samples (k = 1 .. 64) and distinct right answers of the
+    start, vanilla and the tools, on the test half of the held-out prompts; a pass@k plot with the three curves."""
+    out = tmp_path / "run"
+    proc = _run(
+        [
+            sys.executable,
+            str(RECIPE),
+            "--config",
+            str(ROOT / "recipes" / "configs" / "forks.yaml"),
+            "--max_steps",
+            "2",
+            "--sft_num_examples",
+            "256",
+            "--eval_num_problems",
+            "4",
+            "--num_train_examples",
+            "256",
+            "--output_dir",
+            str(out),
+            "--cache_dir",
+            str(tmp_path / "c"),
+        ],
+        tmp_path,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["task"] == "forks"
+    for run in ("start", "vanilla", "final"):
+        m = summary[run]
+        assert list(m["pass_at_k"]) == ["1", "2", "4", "8", "16", "32", "64"]
+        assert all(0.0 <= m[f"pass_at_{k}"] <= 1.0 for k in (1, 8, 16, 64)) and 0.0 <= m["answer_acc"] <= 1.0
+        assert 0.0 <= m["distinct_correct"] <= 64
+        assert m["pass_at_1"] <= m["pass_at_64"]
+    assert (
+        "distinct right answers per prompt" in proc.stdout and "tools vs vanilla: distinct right answers" in proc.stdout
+    )
+    assert (out / "plots" / "pass_at_k.png").stat().st_size > 5000

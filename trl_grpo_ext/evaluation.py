@@ -8,7 +8,7 @@ Reward-independent metrics (docs/results.md reports them; ``../shared/spec/EVIDE
   normalisation that says when two completions are the same solution);
 - :func:`proxy_gold_gap`: where the training reward is a proxy, the gold score beside it and their gap;
 - :func:`sampled_evaluation`: all three from a model's sampled completions on held-out prompts, and
-  :class:`SampledEvaluationCallback`, the same at chosen training steps;
+  :class:`SampledEvaluationCallback`, the same at chosen training steps; :func:`greedy_accuracy`;
 - :func:`evaluate_multistep`: greedy answer and step accuracy on the synthetic multi-step task.
 """
 
@@ -130,6 +130,42 @@ def sample_completions(
         tokenizer.padding_side = side
         model.train(was_training)
     return [texts[i * samples : (i + 1) * samples] for i in range(len(prompts))]
+
+
+@torch.no_grad()
+def greedy_completions(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int = 512):
+    """One greedy completion per prompt (text, special tokens dropped)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    side = tokenizer.padding_side
+    texts: list[str] = []
+    try:
+        tokenizer.padding_side = "left"
+        for start in range(0, len(prompts), batch_size):
+            enc = tokenizer(
+                list(prompts[start : start + batch_size]), return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(device)
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return texts
+
+
+def greedy_accuracy(
+    model, tokenizer, prompts: Sequence[str], *, gold: Callable[[list[str], list[str]], list[bool]], max_new_tokens: int
+) -> float:
+    """The fraction of prompts whose greedy completion ``gold`` accepts."""
+    completions = greedy_completions(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
+    return statistics.fmean(float(bool(x)) for x in gold(list(prompts), completions))
 
 
 def sampled_evaluation(

@@ -35,6 +35,7 @@ def _registries() -> None:
     of floats per completion, one per step) once."""
     from .. import testbed, testkit
     from ..core.registry import Registry
+    from ..testbeds import forks
     from .math import boxed_format_reward, math_accuracy_reward
 
     rewards = Registry("reward_func")
@@ -42,6 +43,7 @@ def _registries() -> None:
     rewards.register("math_accuracy")(math_accuracy_reward)
     rewards.register("boxed_format")(boxed_format_reward)
     rewards.register("exact_answer")(testbed.answer_reward)
+    rewards.register("forks_right")(forks.gold_reward)
     rewards.register("final_answer")(testkit.final_answer_reward)
     rewards.register("exact_match")(testkit.exact_match_reward)
     rewards.register("digit_fraction")(testkit.digit_fraction_reward)
