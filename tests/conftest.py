@@ -165,3 +165,27 @@ def deepspeed_ops():
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+#: Test modules that run whole training jobs, launchers or process pools throughout (the rest of the slow tier is found
+#: by fixture below).
+SLOW_MODULES = {
+    "test_compat_matrix",
+    "test_distributed",
+    "test_launch_configs",
+    "test_recipe",
+    "test_sharded",
+    "test_parity",
+}
+#: A test that builds a tiny model (and usually trains it) uses one of these fixtures.
+TRAINING_FIXTURES = {"make_trainer", "tiny_model_path", "env"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Two tiers: ``python -m pytest -q`` runs everything (CI, the README); ``-m "not slow"`` leaves out what trains a
+    model, launches processes or starts pools, for the edit loop. The rule is mechanical (by module and fixture), so a
+    new training test lands in the slow tier without anyone remembering to mark it."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in SLOW_MODULES or TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

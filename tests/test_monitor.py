@@ -119,7 +119,10 @@ def test_diversity_values_unchanged(monkeypatch, fused_tokens):
 
 
 def _python_self_bleu(rows: list[list[int]], group_size: int, max_n: int = 4) -> float:
-    """self_bleu_batch written out with Counters, one completion at a time (the definition, not the vectorisation)."""
+    """self_bleu_batch written out with Counters, one completion at a time (the definition, not the vectorisation). A
+    completion alone in its group has no reference: 0.0, as the list API ``self_bleu`` gives."""
+    if group_size < 2:
+        return 0.0
     scores = []
     for start in range(0, len(rows), group_size):
         group = rows[start : start + group_size]
