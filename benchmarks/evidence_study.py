@@ -1,7 +1,10 @@
 """Studies that can tell whether a tool helps, by the project's evidence standard (docs/results.md, trl_grpo_ext.stats).
 
     python benchmarks/evidence_study.py --study forks_tools     # the tools vs vanilla on the many-answers task
+    python benchmarks/evidence_study.py --study forks_tools2    # more tools, same task and vanilla runs
     python benchmarks/evidence_study.py --study forks_knobs     # TRL's own knobs vs vanilla on the same task
+    python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
+    python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
 
 Every run is one (warm start, GRPO seed, arm): the warm start is the SFT seed (its own model and data order), the GRPO
@@ -41,10 +44,24 @@ SAMPLES = 64
 
 @dataclass(frozen=True)
 class Arm:
-    """One configuration: GRPOExtConfig fields on top of the testbed's GRPO settings."""
+    """One configuration: GRPOExtConfig fields on top of the testbed's GRPO settings; ``reward``: which of the
+    testbed's rewards trains it (the length-biased testbed's ``proxy``, or its ``gold`` for the clean runs)."""
 
     config: dict = field(default_factory=dict)
     note: str = ""
+    reward: str = "default"
+
+
+#: study -> the testbed it runs on
+TESTBED_OF = {
+    "forks_tools": "forks",
+    "forks_tools2": "forks",
+    "forks_knobs": "forks",
+    "length_kl": "length_bias",
+    "length_other": "length_bias",
+}
+#: Collapse-alarm thresholds of the length-biased study (the monitor in "warn" mode, on every run there).
+ALARM = {"collapse_repetition_max": 0.2, "collapse_distinct2_drop": 0.5}
 
 
 def studies() -> dict[str, dict[str, Arm]]:
@@ -68,6 +85,19 @@ def studies() -> dict[str, dict[str, Arm]]:
             "top_entropy_quantile=0.2": Arm({"top_entropy_quantile": 0.2}, "train on the top-20% entropy tokens"),
             "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
         },
+        "length_kl": {
+            "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
+            "adaptive KL": Arm({k: tools[k] for k in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}),
+            "diversity KL": Arm(
+                {"beta": 0.04, "kl_control": "diversity", "kl_diversity_target": 0.3, "kl_horizon": 2000},
+                "beta rises while Distinct-2 is under 0.3",
+            ),
+        },
+        "length_other": {
+            "PF best_worst": Arm({"sample_filter": "best_worst"}, "PF-PPO's best-worst filter"),
+            "default tools": Arm(tools, "KL-Cov k 2e-2 + adaptive KL (cap 0.3) + AEPO target 0.2"),
+            "vanilla, clean reward": Arm(reward="gold", note="trained on the gold reward: the alarm's false alarms"),
+        },
     }
 
 
@@ -81,6 +111,10 @@ def run_one(job: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
+    return {"forks": run_forks, "length_bias": run_length_bias}[job["testbed"]](job)
+
+
+def run_forks(job: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
@@ -103,6 +137,7 @@ def run_one(job: dict) -> dict:
             max_new_tokens=forks.MAX_COMPLETION_LENGTH,
             seed=job["warm_start"],
         )
+        # greedy, as sampling at T = 1e-6 (the argmax but for exact ties)
         greedy = sampled_evaluation(
             model, tokenizer, prompts, gold=forks.gold, samples=1, temperature=1e-6,
             max_new_tokens=forks.MAX_COMPLETION_LENGTH, seed=0,
@@ -133,27 +168,127 @@ def run_one(job: dict) -> dict:
     return {**job, "eval": evaluate(trainer.model), "curves": curves, "seconds": time.time() - start}
 
 
-def run_path(out: Path, split: str, arm: str, warm_start: int, seed: int) -> Path:
-    return out / "runs" / "forks" / split / slug(arm) / f"w{warm_start}-g{seed}.json"
+#: Held-out evaluation of the length-biased testbed: samples per prompt (T as in training) and the checkpoint spacing.
+LENGTH_SAMPLES = 8
+LENGTH_EVERY = 25
 
 
-def collect(out: Path, split: str, arm: str, warm_starts, seeds) -> dict[tuple[int, int], dict]:
+def run_length_bias(job: dict) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed
+    from trl_grpo_ext.core.diversity import repetition_rate
+    from trl_grpo_ext.evaluation import (
+        SampledEvaluationCallback,
+        greedy_accuracy,
+        proxy_gold_gap,
+        sample_completions,
+    )
+    from trl_grpo_ext.testbeds import length_bias
+
+    start = time.time()
+    path = length_bias.warm_start(job["cache"], seed=job["warm_start"], log=lambda *_: None)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    rows = length_bias.problems(job["split"])
+    prompts, answers = list(rows["prompt"]), dict(zip(rows["prompt"], rows["answer"], strict=True))
+
+    def gold(p, c):
+        return [x == 1.0 for x in length_bias.gold_reward(c, [answers[q] for q in p])]
+
+    def proxy(p, c):
+        return length_bias.proxy_reward(c, [answers[q] for q in p])
+
+    settings = length_bias.grpo_settings()
+    common = dict(
+        gold=gold, proxy=proxy, samples=LENGTH_SAMPLES, temperature=settings["temperature"],
+        max_new_tokens=length_bias.MAX_COMPLETION_LENGTH, seed=0,
+    )  # fmt: skip
+
+    def evaluate(model) -> dict:
+        texts = sample_completions(
+            model, tokenizer, prompts, samples=LENGTH_SAMPLES, temperature=settings["temperature"],
+            max_new_tokens=length_bias.MAX_COMPLETION_LENGTH, seed=0,
+        )  # fmt: skip
+        flat_prompts = [p for p in prompts for _ in range(LENGTH_SAMPLES)]
+        flat = [t for row in texts for t in row]
+        gap = proxy_gold_gap(proxy(flat_prompts, flat), [float(x) for x in gold(flat_prompts, flat)])
+        return {
+            "greedy_gold": greedy_accuracy(
+                model, tokenizer, prompts, gold=gold, max_new_tokens=length_bias.MAX_COMPLETION_LENGTH
+            ),
+            "gold": gap["gold"],
+            "proxy": gap["proxy"],
+            "gap": gap["gap"],
+            "length": statistics.fmean(len(t) for t in flat),
+            "repetition": statistics.fmean(repetition_rate(list(t), 3) for t in flat),
+        }
+
+    if job["arm"] == "start":
+        result = evaluate(AutoModelForCausalLM.from_pretrained(path))
+        return {**job, "eval": result, "seconds": time.time() - start}
+    grpo_seed = job["warm_start"] + 100 * job["seed"]
+    monitor = dict(diversity_metrics=["distinct", "repetition", "entropy"], **ALARM)
+    config = length_bias.grpo_settings(seed=grpo_seed, max_steps=job["steps"], **{**monitor, **job["config"]})
+    args = GRPOExtConfig(**config, output_dir=os.path.join(job["cache"], "runs", f"{os.getpid()}"), disable_tqdm=True)
+    set_seed(grpo_seed)
+    reward = length_bias.gold_reward if job["reward"] == "gold" else length_bias.proxy_reward
+    train = testbed.addition_problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
+    checkpoints = SampledEvaluationCallback(
+        range(LENGTH_EVERY, job["steps"] + 1, LENGTH_EVERY), tokenizer, prompts, **common
+    )
+    trainer = GRPOExtTrainer(
+        model=path, reward_funcs=[reward], args=args, train_dataset=train, processing_class=tokenizer,
+        callbacks=[checkpoints],
+    )  # fmt: skip
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    curves = {
+        key: [(h["step"], h[key]) for h in logs if key in h]
+        for key in ("reward", "entropy", "kl", "kl/beta", "diversity/repetition", "diversity/distinct_2")
+    }
+    curves["gold"] = [(step, r["gold"]) for step, r in sorted(checkpoints.results.items())]
+    curves["proxy"] = [(step, r["proxy"]) for step, r in sorted(checkpoints.results.items())]
+    alarms = [step for step, _ in trainer.collapse_monitor.alarms]
+    return {
+        **job,
+        "eval": evaluate(trainer.model),
+        "curves": curves,
+        "alarm_steps": alarms,
+        "seconds": time.time() - start,
+    }
+
+
+def run_path(out: Path, split: str, arm: str, warm_start: int, seed: int, testbed: str = "forks") -> Path:
+    return out / "runs" / testbed / split / slug(arm) / f"w{warm_start}-g{seed}.json"
+
+
+def collect(out: Path, split: str, arm: str, warm_starts, seeds, testbed: str = "forks") -> dict[tuple[int, int], dict]:
     found = {}
     for w in warm_starts:
         for g in seeds:
-            path = run_path(out, split, arm, w, g)
+            path = run_path(out, split, arm, w, g, testbed)
             if path.exists():
                 found[(w, g)] = json.loads(path.read_text())
     return found
 
 
 # -------------------------------------------------------------------------------------------------------------- report
-METRICS = (
-    ("distinct_correct", "distinct right answers / prompt", 1.0, "{:+.2f}"),
-    ("pass@1", "pass@1 (points)", 100.0, "{:+.1f}"),
-    ("pass@64", "pass@64 (points)", 100.0, "{:+.1f}"),
-    ("greedy_accuracy", "greedy accuracy (points)", 100.0, "{:+.1f}"),
-)
+#: testbed -> (metric key, label, scale, format) of the report
+METRICS = {
+    "forks": (
+        ("distinct_correct", "distinct right answers / prompt", 1.0, "{:+.2f}"),
+        ("pass@1", "pass@1 (points)", 100.0, "{:+.1f}"),
+        ("pass@64", "pass@64 (points)", 100.0, "{:+.1f}"),
+        ("greedy_accuracy", "greedy accuracy (points)", 100.0, "{:+.1f}"),
+    ),
+    "length_bias": (
+        ("greedy_gold", "gold, greedy (points)", 100.0, "{:+.1f}"),
+        ("gold", "gold, sampled (points)", 100.0, "{:+.1f}"),
+        ("proxy", "proxy reward", 1.0, "{:+.3f}"),
+        ("gap", "proxy - gold", 1.0, "{:+.3f}"),
+        ("repetition", "repetition (3-grams)", 1.0, "{:+.3f}"),
+    ),
+}
 
 
 def metric(run: dict, name: str) -> float:
@@ -163,44 +298,72 @@ def metric(run: dict, name: str) -> float:
     return evaluation[name]
 
 
-def summary(runs: list[dict]) -> str:
-    """Mean distinct right answers, pass@1, pass@64 and greedy accuracy of some runs."""
-    means = {key: statistics.mean(metric(r, key) for r in runs) for key, *_ in METRICS}
-    return (
-        f"distinct right answers {means['distinct_correct']:.2f}, pass@1 {means['pass@1']:.3f}, pass@64 "
-        f"{means['pass@64']:.3f}, greedy accuracy {means['greedy_accuracy']:.3f}"
+def summary(runs: list[dict], testbed: str = "forks") -> str:
+    """Means of the report's metrics over some runs."""
+    return ", ".join(
+        f"{label.split(' (')[0]} {statistics.mean(metric(r, key) for r in runs):.3f}"
+        for key, label, *_ in METRICS[testbed]
     )
+
+
+def alarm_lines(runs_by_arm: dict[str, dict]) -> list[str]:
+    """The collapse alarm on the length-biased testbed: per arm, the runs where it fired, and its lead over the gold
+    peak (the checkpoint of highest held-out gold; positive: the alarm came first)."""
+    lines = []
+    for name, runs in runs_by_arm.items():
+        if not runs:
+            continue
+        fired, leads = 0, []
+        for run in runs.values():
+            gold = run.get("curves", {}).get("gold") or []
+            if not run.get("alarm_steps"):
+                continue
+            fired += 1
+            if gold:
+                peak = max(gold, key=lambda point: point[1])[0]
+                leads.append(peak - run["alarm_steps"][0])
+        lead = f", lead over the gold peak {statistics.median(leads):+.0f} steps (median)" if leads else ""
+        lines.append(f"- {name}: the alarm fired in {fired} of {len(runs)} runs{lead}")
+    return lines
 
 
 def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
     from trl_grpo_ext.stats import cluster_bootstrap, paired_differences, verdict
 
+    testbed = TESTBED_OF[study]
     arms = studies()[study]
-    vanilla = collect(out, split, "vanilla", warm_starts, seeds)
-    start = {w: run for (w, _), run in collect(out, split, "start", warm_starts, [0]).items()}
+    vanilla = collect(out, split, "vanilla", warm_starts, seeds, testbed)
+    start = {w: run for (w, _), run in collect(out, split, "start", warm_starts, [0], testbed).items()}
+    how = {
+        "forks": f"{EVAL_PROMPTS} prompts x {SAMPLES} samples at T 1.0; greedy accuracy on the same prompts",
+        "length_bias": f"every prompt of the half x {LENGTH_SAMPLES} samples at T 0.7, and greedy",
+    }[testbed]
     lines = [
-        f"Study `{study}` on the forks testbed, `{split}` prompts ({EVAL_PROMPTS} prompts x {SAMPLES} samples at T 1.0"
-        f"; greedy accuracy on the same prompts). Paired with vanilla run by run; 95% two-stage cluster bootstrap "
-        f"interval (warm starts, then GRPO seeds), 10,000 resamples. {len(arms)} arms in this table."
+        f"Study `{study}` on the {testbed} testbed, `{split}` prompts ({how}). Paired with vanilla run by run; 95% "
+        f"two-stage cluster bootstrap interval (warm starts, then GRPO seeds), 10,000 resamples. {len(arms)} arms in "
+        "this table."
     ]
     if split != "test":
         lines.append("**Validation prompts: for choosing settings, not a reported result.**")
     if vanilla:
         runs = list(vanilla.values())
-        lines.append(f"vanilla ({len(runs)} runs): {summary(runs)}")
-        p1 = statistics.mean(metric(r, "pass@1") for r in runs)
-        lines.append(
-            f"evaluation noise: pass@1 of one model on {EVAL_PROMPTS} prompts has a binomial standard error of at most "
-            f"{100 * math.sqrt(p1 * (1 - p1) / EVAL_PROMPTS):.1f} points (one sample per prompt; {SAMPLES} samples "
-            "lower it)"
-        )
+        lines.append(f"vanilla ({len(runs)} runs): {summary(runs, testbed)}")
+        if testbed == "forks":
+            p1 = statistics.mean(metric(r, "pass@1") for r in runs)
+            lines.append(
+                f"evaluation noise: pass@1 of one model on {EVAL_PROMPTS} prompts has a binomial standard error of at "
+                f"most {100 * math.sqrt(p1 * (1 - p1) / EVAL_PROMPTS):.1f} points (one sample per prompt; {SAMPLES} "
+                "samples lower it)"
+            )
     if start:
-        lines.append(f"warm starts ({len(start)}): {summary(list(start.values()))}")
+        lines.append(f"warm starts ({len(start)}): {summary(list(start.values()), testbed)}")
     lines += ["", "| arm | metric | arm | vanilla | arm - vanilla [95% interval] | verdict | runs (warm starts) |"]
     lines.append("|---|---|---|---|---|---|---|")
+    runs_by_arm = {"vanilla": vanilla}
     for name in arms:
-        runs = collect(out, split, name, warm_starts, seeds)
-        for key, label, scale, form in METRICS:
+        runs = collect(out, split, name, warm_starts, seeds, testbed)
+        runs_by_arm[name] = runs
+        for key, label, scale, form in METRICS[testbed]:
             mine = {k: scale * metric(r, key) for k, r in runs.items()}
             theirs = {k: scale * metric(r, key) for k, r in vanilla.items()}
             diffs = paired_differences(mine, theirs)
@@ -214,6 +377,8 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
                 f"[{form.format(interval.low)}, {form.format(interval.high)}] | {verdict(interval)} | "
                 f"{interval.runs} ({interval.warm_starts}) |"
             )
+    if testbed == "length_bias":
+        lines += ["", f"Collapse alarm ({', '.join(f'{k}={v}' for k, v in ALARM.items())}):", *alarm_lines(runs_by_arm)]
     return "\n".join(lines)
 
 
@@ -235,27 +400,32 @@ def main(argv=None) -> None:
     parser.add_argument("--split", default="test", choices=("validation", "test"))
     parser.add_argument("--warm_starts", default="0-5", help="SFT seeds, e.g. 0-5 or 0,2")
     parser.add_argument("--seeds", default="0,1", help="GRPO seeds per warm start")
-    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: forks 250, length_bias 300)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "evidence"))
-    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/trl_grpo_ext/forks"))
+    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/trl_grpo_ext"), help="warm starts, per testbed")
     parser.add_argument("--report", action="store_true", help="print the table from the saved runs, train nothing")
     args = parser.parse_args(argv)
     out, warm_starts, seeds = Path(args.out), parse_list(args.warm_starts), parse_list(args.seeds)
     if not args.report:
+        testbed = TESTBED_OF[args.study]
+        steps = args.steps or {"forks": 250, "length_bias": 300}[testbed]
+        cache = os.path.join(args.cache, testbed)
         arms = {"vanilla": Arm(), **studies()[args.study]}
         jobs = [
-            dict(arm="start", config={}, warm_start=w, seed=0, split=args.split, steps=0, cache=args.cache)
+            dict(arm="start", config={}, reward="default", warm_start=w, seed=0, split=args.split, steps=0)
             for w in warm_starts
         ]
-        common = dict(split=args.split, steps=args.steps, cache=args.cache)
         jobs += [
-            dict(arm=name, config=arm.config, warm_start=w, seed=g, **common)
+            dict(arm=name, config=arm.config, reward=arm.reward, warm_start=w, seed=g, split=args.split, steps=steps)
             for w in warm_starts
             for g in seeds
             for name, arm in arms.items()
         ]
-        jobs = [j for j in jobs if not run_path(out, j["split"], j["arm"], j["warm_start"], j["seed"]).exists()]
+        jobs = [{**j, "testbed": testbed, "cache": cache} for j in jobs]
+        jobs = [
+            j for j in jobs if not run_path(out, j["split"], j["arm"], j["warm_start"], j["seed"], testbed).exists()
+        ]
         print(f"{len(jobs)} runs to do", flush=True)
         # warm starts first, one per worker, so that two workers never build the same one
         with ProcessPoolExecutor(args.workers) as pool:
@@ -269,7 +439,7 @@ def main(argv=None) -> None:
 
 
 def _save(out: Path, result: dict) -> None:
-    path = run_path(out, result["split"], result["arm"], result["warm_start"], result["seed"])
+    path = run_path(out, result["split"], result["arm"], result["warm_start"], result["seed"], result["testbed"])
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {k: v for k, v in result.items() if k != "cache"}
     path.write_text(json.dumps(result, indent=1))
