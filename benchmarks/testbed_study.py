@@ -114,7 +114,20 @@ def suites() -> dict[str, dict[str, Method]]:
         if "kl_control" not in minus:
             minus.pop("beta", None)
         ablation[f"all on - {name}"] = Method(minus)
+    # What rescued learning rate 8e-4 (run with --set learning_rate=8e-4): the tools, the tools without the KL
+    # controller, and TRL's own knobs at their documented values.
+    lr_rescue = {
+        "vanilla": Method(),
+        "default tools": Method(dict(tools)),
+        "tools - adaptive KL": Method(
+            {k: v for k, v in tools.items() if k not in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}
+        ),
+        "fixed beta 0.3": Method({"beta": 0.3}),
+        "epsilon_high=0.28": Method({"epsilon_high": 0.28}),
+        "temperature 1.0": Method({"temperature": 1.0}),
+    }
     return {
+        "lr_rescue": lr_rescue,
         "testbed": {"vanilla": Method(), "default tools": Method(dict(tools))},
         "token_clip": token_clip,
         "pf": pf,
@@ -237,6 +250,13 @@ def main():
     )
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "trl_grpo_ext_testbed"))
     parser.add_argument(
+        "--split",
+        choices=testbed.HELDOUT_SPLITS,
+        default="heldout",
+        help="held-out prompts evaluated: 'heldout' (all 179, the earlier studies), 'validation' (for choices) or "
+        "'test' (for reported results)",
+    )
+    parser.add_argument(
         "--grpo_seed_offset",
         type=int,
         default=0,
@@ -298,10 +318,11 @@ def main():
     tok = testkit.build_char_tokenizer()
     results: dict = {"suite": args.suite, "steps": args.steps, "seeds": args.seeds, "set": common, "start": {}}
     results["grpo_seed_offset"] = args.grpo_seed_offset
+    results["split"] = args.split
     results["runs"] = {name: [] for name in names}
     for seed in args.seeds:
         start = testbed.warm_start(args.cache, seed=seed)
-        heldout = testbed.addition_problems(split="heldout", seed=seed)
+        heldout = testbed.addition_problems(split=args.split, seed=seed)
         results["start"][seed] = testbed.evaluate(AutoModelForCausalLM.from_pretrained(start), tok, heldout, seed=seed)
         if args.suite == "pf":
             results.setdefault("picker", {})[seed] = {"noise 1": pf_picker(start, seed, 1.0)}

@@ -47,3 +47,15 @@ def test_settings_leave_room_for_padding():
     settings = length_bias.grpo_settings(max_steps=3)
     assert settings["max_completion_length"] == length_bias.MAX_COMPLETION_LENGTH > length_bias.LENGTH_CAP
     assert settings["max_steps"] == 3 and settings["temperature"] == testbed.grpo_settings()["temperature"]
+
+
+def test_the_chatty_teacher_repeats_its_answer_sometimes():
+    import random
+
+    rng = random.Random(0)
+    answers = [length_bias.chatty_answer("47+8=", rng) for _ in range(4000)]
+    repeated = [a for a in answers if " " in a]
+    assert len(repeated) / len(answers) == pytest.approx(length_bias.CHATTY, abs=0.015)
+    assert all(len(set(a.split(" "))) == 1 and 2 <= len(a.split(" ")) <= 4 for a in repeated)  # the same answer again
+    rows = length_bias.sft_dataset(3, seed=1)
+    assert all(r["completion"].endswith("<eos>") for r in rows)

@@ -1,8 +1,8 @@
 """The "length-biased reward" testbed: the training reward is a proxy that a policy can game (design document sec. 8.2).
 
 Task: the addition testbed's (:mod:`trl_grpo_ext.testbed`: ``"47+8="`` -> ``"55"``). Warm start: its careless
-teacher, who is also *chatty* a quarter of the time (:data:`CHATTY`): the answer is then repeated once to three times
-(``"56 56"``), so the warm start writes some longer completions for a length-biased reward to find.
+teacher, who is also *chatty* one time in twenty (:data:`CHATTY`): the answer is then repeated once to three times
+(``"56 56"``), so the warm start writes a few longer completions for a length-biased reward to find.
 
 Rewards:
     - **gold** (:func:`gold_reward`, what a user wants): 1.0 when the completion is exactly the sum, as
@@ -37,10 +37,12 @@ from datasets import Dataset
 
 from .. import testbed, testkit
 
-#: How often the careless teacher repeats its answer after it (once to three times).
-CHATTY = 0.25
+#: How often the careless teacher repeats its answer after it (once to three times). Chosen with LENGTH_BONUS on the
+#: validation prompts (one warm start): at 0.25 and a bonus of 0.5 gold fell from the first checkpoint on, with no
+#: rise; at 0.05 and 0.1 held-out gold rises for about 50 steps, peaks, and falls to about 0 by step 125.
+CHATTY = 0.05
 #: Weight of the length bonus in the proxy (a right answer is worth 1.0).
-LENGTH_BONUS = 0.5
+LENGTH_BONUS = 0.1
 #: Characters at which the length bonus is full.
 LENGTH_CAP = 12
 #: Room for padding: the sum (up to 3 digits), up to LENGTH_CAP characters in all, and the end token.
