@@ -75,6 +75,10 @@ def noisy_verifier(noise: float, seed: int):
     return noisy_answer_reward
 
 
+#: The fields of the default tools' KL controller (what "tools - adaptive KL" leaves out).
+KL_CONTROLLER_FIELDS = ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")
+
+
 def suites() -> dict[str, dict[str, Method]]:
     tools = testbed.DEFAULT_TOOLS
     token_clip = {"vanilla": Method()}
@@ -119,9 +123,7 @@ def suites() -> dict[str, dict[str, Method]]:
     lr_rescue = {
         "vanilla": Method(),
         "default tools": Method(dict(tools)),
-        "tools - adaptive KL": Method(
-            {k: v for k, v in tools.items() if k not in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}
-        ),
+        "tools - adaptive KL": Method({k: v for k, v in tools.items() if k not in KL_CONTROLLER_FIELDS}),
         "fixed beta 0.3": Method({"beta": 0.3}),
         "epsilon_high=0.28": Method({"epsilon_high": 0.28}),
         "temperature 1.0": Method({"temperature": 1.0}),
