@@ -382,6 +382,68 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
     return "\n".join(lines)
 
 
+def plot(out: Path, study: str, split: str, warm_starts, seeds) -> Path:
+    """``<out>/<study>.png``: forks: the pass@k curve (mean over runs) and the training entropy of each arm;
+    length_bias: held-out gold and proxy over training (mean over runs) of each arm. Colours as
+    :func:`trl_grpo_ext.plot.run_color`, vanilla first."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from trl_grpo_ext.plot import run_color
+
+    testbed = TESTBED_OF[study]
+    names = ["vanilla", *studies()[study]]
+    runs = {name: list(collect(out, split, name, warm_starts, seeds, testbed).values()) for name in names}
+    start = list(collect(out, split, "start", warm_starts, [0], testbed).values())
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+
+    def mean_curve(series: list[list]) -> tuple[list, list]:
+        length = min(len(c) for c in series)
+        return [c[0] for c in series[0][:length]], [statistics.mean(c[j][1] for c in series) for j in range(length)]
+
+    if testbed == "forks":
+        ks = [int(k) for k in (start or runs["vanilla"])[0]["eval"]["pass_at_k"]]
+        if start:
+            axes[0].plot(
+                ks, [statistics.mean(r["eval"]["pass_at_k"][str(k)] for r in start) for k in ks], "k--", label="start"
+            )
+        for i, (name, rs) in enumerate(runs.items()):
+            if rs:
+                ys = [statistics.mean(r["eval"]["pass_at_k"][str(k)] for r in rs) for k in ks]
+                axes[0].plot(ks, ys, color=run_color(i), marker="o", label=f"{name} ({len(rs)} runs)")
+        axes[0].set_xscale("log", base=2)
+        axes[0].set_xlabel("k (of 64 samples)")
+        axes[0].set_ylabel("held-out pass@k")
+        key, label = "entropy", "training token entropy"
+    else:
+        for i, (name, rs) in enumerate(runs.items()):
+            series = [r["curves"]["gold"] for r in rs if r.get("curves", {}).get("gold")]
+            if series:
+                x, y = mean_curve(series)
+                axes[0].plot(x, y, color=run_color(i), label=f"{name} ({len(series)} runs)")
+        axes[0].set_xlabel("step")
+        axes[0].set_ylabel("held-out gold (sampled, T 0.7)")
+        key, label = "proxy", "held-out proxy reward"
+    for i, (name, rs) in enumerate(runs.items()):
+        series = [r["curves"][key] for r in rs if r.get("curves", {}).get(key)]
+        if series:
+            x, y = mean_curve(series)
+            axes[1].plot(x, y, color=run_color(i), label=name)
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel(label)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{study} ({testbed} testbed, {split} prompts; means over runs)")
+    fig.tight_layout()
+    path = out / f"{study}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ---------------------------------------------------------------------------------------------------------------- main
 def parse_list(text: str) -> list[int]:
     out = []
@@ -436,6 +498,7 @@ def main(argv=None) -> None:
             for result in pool.map(run_one, rest):
                 _save(out, result)
     print(report(out, args.study, args.split, warm_starts, seeds))
+    print(plot(out, args.study, args.split, warm_starts, seeds))
 
 
 def _save(out: Path, result: dict) -> None:
