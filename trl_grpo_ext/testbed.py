@@ -12,9 +12,10 @@ samples (one epoch over 40,000 rows) make the model learn the teacher's *distrib
 rows were wrong, so the warm start is the same kind of model on every seed and machine (not a knife's edge).
 
 GRPO from there learns: the verifier rewards the minority correct answer and the policy moves onto it (greedy accuracy
-rises by tens of points on every seed; docs/results.md has the numbers). Then the symptoms the anti-collapse tools target show up: token entropy
-falls several-fold, the 8 samples of a prompt turn into copies of one answer (within-prompt Distinct-2 falls), and
-pass@8 stays where it was while pass@1 climbs (RL sharpens what the model already had; it does not widen it).
+rises by tens of points on every seed; docs/results.md has the numbers). Then the symptoms the anti-collapse tools
+target show up: token entropy falls several-fold, the 8 samples of a prompt turn into copies of one answer
+(within-prompt Distinct-2 falls), and pass@8 stays where it was while pass@1 climbs (RL sharpens what the model already
+had; it does not widen it).
 
 Everything here is offline: the model and tokenizer are built locally, the data is generated.
 
