@@ -129,3 +129,25 @@ def test_sweep_covers_the_outside_variants_and_every_builtin():
         for name in _builtin(switch):
             cls = FAMILIES[switch].get(name)
             assert cls.is_off or not cls.metrics or (switch, name) in swept
+
+
+def test_every_builtin_member_points_to_its_docs_page():
+    """``Extension.docs`` names the method's page: it exists, the docs index links it, and the page names the switch
+    value (a renamed page or member breaks here, not in a user's browser)."""
+    from pathlib import Path
+
+    from trl_grpo_ext.families.observers import OBSERVERS
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    index = (docs / "index.md").read_text()
+    members = [(switch, name, FAMILIES[switch].get(name)) for switch in FAMILIES for name in _builtin(switch)]
+    members += [("observer", name, OBSERVERS.get(name)) for name in OBSERVERS.names()]
+    for switch, name, cls in members:
+        if cls.is_off:
+            continue
+        assert cls.docs, f"{switch}={name} declares no docs page"
+        page = docs / cls.docs
+        assert page.exists(), f"{switch}={name}: docs/{cls.docs} is missing"
+        assert f"({cls.docs})" in index, f"docs/index.md does not link {cls.docs} ({switch}={name})"
+        if switch != "observer":
+            assert name in page.read_text(), f"docs/{cls.docs} never names {switch}={name!r}"
