@@ -42,6 +42,7 @@ from transformers import TrainerCallback
 
 from . import testkit
 from .core.diversity import distinct_n_batch, pass_at_k
+from .evaluation import greedy_completions
 
 #: The careless teacher's answer = the sum + an offset drawn with these probabilities.
 TEACHER_OFFSETS: dict[int, float] = {0: 0.30, 1: 0.40, 2: 0.15, -1: 0.15}
@@ -305,15 +306,7 @@ def evaluate(
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     try:
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        out = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-        greedy = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        greedy = greedy_completions(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=len(prompts))
         accuracy = statistics.mean(float(r >= 1.0) for r in reward(prompts=prompts, completions=greedy, answer=answers))
 
         sub = prompts if sampled_problems is None else prompts[:sampled_problems]

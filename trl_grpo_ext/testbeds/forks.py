@@ -38,7 +38,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from .. import testkit
+from .. import testbed, testkit
 
 #: Digits per problem (the completion writes all of them, with a sign between two consecutive ones).
 NUM_DIGITS = 8
@@ -167,11 +167,9 @@ def warm_start(
 ) -> str:
     """The SFT warm start for ``seed``, built once into ``cache_dir`` and reused; returns its path (as
     :func:`trl_grpo_ext.testbed.warm_start`, on this task's teacher)."""
-    from ..testbed import sft_warm_start
-
     name = f"forks-h{hidden_size}-l{num_layers}-n{examples}-lr{learning_rate:g}-b{batch_size}-s{seed}-v1"
     path = os.path.join(cache_dir, name)
-    return sft_warm_start(
+    return testbed.sft_warm_start(
         path,
         lambda: sft_dataset(examples, seed=seed),
         seed=seed,
@@ -185,28 +183,11 @@ def warm_start(
 
 
 def grpo_settings(**overrides) -> dict[str, Any]:
-    """The testbed's GRPO budget and sampling as ``GRPOExtConfig`` fields (``overrides`` on top): 32 prompts x 8
-    completions per generation batch in 4 optimizer steps of 64 (the off-policy mini-batch regime), temperature 0.7
-    (as the addition testbed; 1.0 is one of the baselines), 250 steps, learning rate 2e-4 decaying linearly to 0.
-    Chosen on the validation prompts (docs/results.md says how)."""
-    settings = dict(
-        per_device_train_batch_size=64,
-        steps_per_generation=4,
-        num_generations=8,
-        max_completion_length=MAX_COMPLETION_LENGTH,
-        temperature=0.7,
-        learning_rate=2e-4,
-        lr_scheduler_type="linear",
-        max_steps=250,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=10,
-    )
-    settings.update(overrides)
-    return settings
+    """The addition testbed's GRPO budget and sampling (:func:`trl_grpo_ext.testbed.grpo_settings`: 32 prompts x 8
+    completions per generation batch in 4 optimizer steps of 64, temperature 0.7, learning rate 2e-4 decaying linearly
+    to 0) with room for the 16-token completions and 250 steps (by then vanilla has narrowed onto few answers per
+    prompt on the validation prompts); ``overrides`` on top."""
+    return testbed.grpo_settings(**{"max_completion_length": MAX_COMPLETION_LENGTH, "max_steps": 250, **overrides})
 
 
 __all__ = [
