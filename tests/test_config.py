@@ -17,14 +17,22 @@ def make(**kw):
 
 
 def test_defaults_are_trl_behaviour():
+    """At its default every family switch selects the member that leaves TRL alone: its registry's off member, or the
+    outcome estimator, which with advantage_std='sample' returns no update (tests/test_parity.py shows the run equals
+    GRPOTrainer's); without_extensions() changes nothing, and no observer is switched on."""
+    from trl_grpo_ext.families import FAMILIES, GenerationBatch
+    from trl_grpo_ext.families.observers import OBSERVERS
+
     cfg = make()
-    assert (cfg.advantage_estimator, cfg.advantage_std, cfg.token_clip, cfg.sample_filter, cfg.kl_control) == (
-        "grpo",
-        "sample",
-        "none",
-        "none",
-        "fixed",
-    )
+    assert cfg.without_extensions() == cfg
+    for switch, registry in FAMILIES.items():
+        member = registry.get(getattr(cfg, switch))
+        if not member.is_off:  # the outcome estimator: built, but silent at advantage_std='sample'
+            assert switch == "advantage_estimator" and cfg.advantage_std == "sample"
+            host = type("Host", (), {"args": cfg})()
+            batch = GenerationBatch({}, None, None, group_size=4, process_slice=slice(0), mode="train")
+            assert member(host).on_generation(batch) is None
+    assert not any(OBSERVERS.get(name).enabled(cfg) for name in OBSERVERS.names())
 
 
 # Each bad config: the field that must be named in the message and a word of the fix.
