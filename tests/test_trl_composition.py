@@ -107,10 +107,22 @@ def test_kl_cov_penalty_carries_trls_masks_and_vllm_is_ratio(make_trainer, train
 
 
 def test_policy_weight_is_none_when_trl_applies_no_factor(make_trainer, train_dataset):
+    """No entropy mask, off-policy mask or vLLM ratio configured: the context carries no policy weight (so terms are
+    not multiplied by a stand-in 1), and the policy mask is the loss mask."""
     trainer = make_trainer(**CLIPS["clip_cov"])
+    ext = trainer.extensions["token_clip"]
+    weights = []
+
+    class Capture(type(ext)):
+        def modify_logps(self, logps, ctx):
+            weights.append(ctx.policy_weight)
+            return super().modify_logps(logps, ctx)
+
+    trainer.extensions["token_clip"] = Capture(trainer.ext_host)
     seen = _capture_selection(trainer)
     inputs = random_advantage_batch(trainer, train_dataset)
     trainer._compute_loss(trainer.model, inputs)
+    assert weights == [None]
     _, policy_mask = seen[-1]
     torch.testing.assert_close(policy_mask, inputs["completion_mask"].bool())
 
