@@ -3,6 +3,7 @@
     python benchmarks/evidence_study.py --study forks_tools     # the tools vs vanilla on the many-answers task
     python benchmarks/evidence_study.py --study forks_tools2    # more tools, same task and vanilla runs
     python benchmarks/evidence_study.py --study forks_knobs     # TRL's own knobs vs vanilla on the same task
+    python benchmarks/evidence_study.py --study forks_frontier  # vanilla stopped earlier: the trade-off for free
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
     python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
@@ -57,6 +58,7 @@ TESTBED_OF = {
     "forks_tools": "forks",
     "forks_tools2": "forks",
     "forks_knobs": "forks",
+    "forks_frontier": "forks",
     "length_kl": "length_bias",
     "length_other": "length_bias",
 }
@@ -84,6 +86,12 @@ def studies() -> dict[str, dict[str, Arm]]:
             "temperature 1.0": Arm({"temperature": 1.0}, "rollout temperature"),
             "top_entropy_quantile=0.2": Arm({"top_entropy_quantile": 0.2}, "train on the top-20% entropy tokens"),
             "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
+        },
+        # Is "more distinct right answers" more than "trained less"? Vanilla stopped earlier (its own schedule, so the
+        # learning rate still decays to 0) traces the accuracy / diversity trade-off a user gets for free.
+        "forks_frontier": {
+            "vanilla, 100 steps": Arm({"max_steps": 100}, "vanilla with 100 instead of 250 steps"),
+            "vanilla, 150 steps": Arm({"max_steps": 150}, "vanilla with 150 instead of 250 steps"),
         },
         "length_kl": {
             "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
@@ -152,7 +160,7 @@ def run_forks(job: dict) -> dict:
         result = evaluate(AutoModelForCausalLM.from_pretrained(path))
         return {**job, "eval": result, "seconds": time.time() - start}
     grpo_seed = job["warm_start"] + 100 * job["seed"]
-    config = forks.grpo_settings(seed=grpo_seed, max_steps=job["steps"], **job["config"])
+    config = forks.grpo_settings(**{"seed": grpo_seed, "max_steps": job["steps"], **job["config"]})
     args = GRPOExtConfig(**config, output_dir=os.path.join(job["cache"], "runs", f"{os.getpid()}"), disable_tqdm=True)
     set_seed(grpo_seed)
     train = forks.problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
@@ -228,7 +236,7 @@ def run_length_bias(job: dict) -> dict:
         return {**job, "eval": result, "seconds": time.time() - start}
     grpo_seed = job["warm_start"] + 100 * job["seed"]
     monitor = dict(diversity_metrics=["distinct", "repetition", "entropy"], **ALARM)
-    config = length_bias.grpo_settings(seed=grpo_seed, max_steps=job["steps"], **{**monitor, **job["config"]})
+    config = length_bias.grpo_settings(**{"seed": grpo_seed, "max_steps": job["steps"], **monitor, **job["config"]})
     args = GRPOExtConfig(**config, output_dir=os.path.join(job["cache"], "runs", f"{os.getpid()}"), disable_tqdm=True)
     set_seed(grpo_seed)
     reward = length_bias.gold_reward if job["reward"] == "gold" else length_bias.proxy_reward
@@ -382,6 +390,47 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
     return "\n".join(lines)
 
 
+#: The claim each testbed's verdicts are about: testbed -> [(metric key, what it says, scale, format)].
+HEADLINE = {
+    "forks": [
+        ("distinct_correct", "more distinct right answers per prompt", 1.0, "{:+.2f}"),
+        ("pass@1", "pass@1 (points)", 100.0, "{:+.1f}"),
+        ("greedy_accuracy", "greedy accuracy (points)", 100.0, "{:+.1f}"),
+    ],
+    "length_bias": [
+        ("greedy_gold", "gold accuracy at the end, greedy (points)", 100.0, "{:+.1f}"),
+        ("gap", "proxy - gold gap", 1.0, "{:+.3f}"),
+    ],
+}
+
+
+def verdict_rows(out: Path, split: str, warm_starts, seeds) -> list[str]:
+    """One row per (study arm, headline metric) over every study with saved runs: the verdict table of
+    docs/results.md (``--verdicts``)."""
+    from trl_grpo_ext.stats import cluster_bootstrap, paired_differences, verdict
+
+    rows = ["| tool | metric | setting | arm - vanilla [95% interval] | verdict |", "|---|---|---|---|---|"]
+    for study, arms in studies().items():
+        testbed = TESTBED_OF[study]
+        vanilla = collect(out, split, "vanilla", warm_starts, seeds, testbed)
+        for name in arms:
+            runs = collect(out, split, name, warm_starts, seeds, testbed)
+            for key, label, scale, form in HEADLINE[testbed]:
+                diffs = paired_differences(
+                    {k: scale * metric(r, key) for k, r in runs.items()},
+                    {k: scale * metric(r, key) for k, r in vanilla.items()},
+                )
+                if not diffs:
+                    continue
+                interval = cluster_bootstrap(diffs)
+                setting = f"{testbed}, {split}, {interval.runs} runs / {interval.warm_starts} warm starts"
+                rows.append(
+                    f"| {name} | {label} | {setting} | {form.format(interval.mean)} [{form.format(interval.low)}, "
+                    f"{form.format(interval.high)}] | {verdict(interval)} |"
+                )
+    return rows
+
+
 def plot(out: Path, study: str, split: str, warm_starts, seeds) -> Path:
     """``<out>/<study>.png``: forks: the pass@k curve (mean over runs) and the training entropy of each arm;
     length_bias: held-out gold and proxy over training (mean over runs) of each arm. Colours as
@@ -458,7 +507,7 @@ def parse_list(text: str) -> list[int]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", required=True, choices=sorted(studies()))
+    parser.add_argument("--study", choices=sorted(studies()), help="required unless --verdicts")
     parser.add_argument("--split", default="test", choices=("validation", "test"))
     parser.add_argument("--warm_starts", default="0-5", help="SFT seeds, e.g. 0-5 or 0,2")
     parser.add_argument("--seeds", default="0,1", help="GRPO seeds per warm start")
@@ -467,8 +516,14 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "evidence"))
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/trl_grpo_ext"), help="warm starts, per testbed")
     parser.add_argument("--report", action="store_true", help="print the table from the saved runs, train nothing")
+    parser.add_argument("--verdicts", action="store_true", help="print the verdict table of every study, train nothing")
     args = parser.parse_args(argv)
     out, warm_starts, seeds = Path(args.out), parse_list(args.warm_starts), parse_list(args.seeds)
+    if args.verdicts:
+        print("\n".join(verdict_rows(out, args.split, warm_starts, seeds)))
+        return
+    if args.study is None:
+        parser.error("--study is required (or --verdicts)")
     if not args.report:
         testbed = TESTBED_OF[args.study]
         steps = args.steps or {"forks": 250, "length_bias": 300}[testbed]
