@@ -161,3 +161,35 @@ def test_every_builtin_member_points_to_its_docs_page():
         assert f"({cls.docs})" in index, f"docs/index.md does not link {cls.docs} ({switch}={name})"
         if switch != "observer":
             assert name in page.read_text(), f"docs/{cls.docs} never names {switch}={name!r}"
+
+
+def test_the_docs_worked_example_trains(make_trainer, tmp_path, monkeypatch):
+    """docs/index.md's "Adding a variant" example, run as the page prints it (its first Python block of that section),
+    then trained with: the variant is accepted by the config, acts inside TRL's loss and logs its declared metric."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "index.md").read_text()
+    section = page[page.index("## Adding a variant") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    from transformers import TrainingArguments
+
+    original = TrainingArguments.__post_init__
+
+    def on_cpu(self):  # the page's config is a GPU user's (bf16 by default); this machine has no GPU
+        self.use_cpu, self.bf16 = True, False
+        original(self)
+
+    namespace: dict = {}
+    try:
+        monkeypatch.setattr(TrainingArguments, "__post_init__", on_cpu)
+        exec(compile(code, "docs/index.md", "exec"), namespace)  # registers "sign_flip_guard", builds `args`
+        monkeypatch.setattr(TrainingArguments, "__post_init__", original)
+        assert namespace["args"].token_clip == "sign_flip_guard"
+        trainer = make_trainer(token_clip="sign_flip_guard", max_steps=2, num_iterations=2)
+        trainer.train()
+        logs = last_logs(trainer)
+        assert logs and all("guard/detached_frac" in h for h in logs)
+    finally:
+        FAMILIES["token_clip"].unregister("sign_flip_guard")
