@@ -295,8 +295,8 @@ def test_aepo_warns_when_the_regenerated_samples_cannot_reach_the_cap(make_train
 
 @pytest.mark.parametrize("lora", [False, True], ids=["ref_model", "peft"])
 def test_spliced_reference_logps_follow_trls_choice_of_reference(make_trainer, train_dataset, lora):
-    """The one copied piece of TRL 1.16 (which model is the reference: ref_model, or the PEFT base / "ref" adapter)
-    gives TRL's own reference log-probs on TRL's rows (parity)."""
+    """trl_compat.reference_logps (which model is the reference: ref_model, or the PEFT base / "ref" adapter, copied
+    from TRL 1.16), through the host as the splice calls it, gives TRL's own reference log-probs on TRL's rows."""
     kwargs = {}
     if lora:
         from peft import LoraConfig
@@ -305,9 +305,8 @@ def test_spliced_reference_logps_follow_trls_choice_of_reference(make_trainer, t
     trainer = make_trainer(entropy_control="aepo", aepo_mode="term", beta=0.04, trainer_kwargs=kwargs)
     assert (trainer.ref_model is None) == lora
     out = scored_batch(trainer, train_dataset, num_prompts=2)  # term mode: TRL's rows untouched
-    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    chunk = {key: out[key] for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
     with torch.no_grad():
-        ref = trainer._ext_reference_logps(ids, attn, out["completion_ids"].size(1))
+        ref = trainer.ext_host.reference_logps(chunk)
     mask = out["completion_mask"].bool()
     torch.testing.assert_close(ref[mask], out["ref_per_token_logps"][mask])

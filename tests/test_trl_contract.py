@@ -138,3 +138,24 @@ def test_kl_term_parity_with_trl(make_trainer, train_dataset, loss_type):
         (per_token_kl(logps.detach(), ref) * out["completion_mask"]).sum().item() / out["completion_mask"].sum().item(),
         rel=1e-5,
     )
+
+
+def test_reward_kwargs_parity_with_trl(make_trainer, train_dataset):
+    """trl_compat.reward_kwargs (what the AEPO scoring and the PRM step functions pass reward functions) equals what
+    TRL 1.16's own _calculate_rewards passes, key by key, on the same rows."""
+    from trl_grpo_ext.trl_compat import reward_kwargs
+
+    seen = []
+
+    def spy(prompts, completions, completion_ids, **kwargs):
+        seen.append(kwargs)
+        return [0.0] * len(prompts)
+
+    trainer = make_trainer(reward_funcs=[spy])
+    rows = [dict(train_dataset[i], extra=i) for i in range(4)]
+    trainer._calculate_rewards(rows, [r["prompt"] for r in rows], ["1"] * 4, [[1]] * 4)
+    ours = reward_kwargs(trainer, rows)
+    (theirs,) = seen
+    assert set(ours) == set(theirs) and ours["extra"] == theirs["extra"] == [0, 1, 2, 3]
+    assert ours["answer"] == theirs["answer"] and ours["trainer_state"] is theirs["trainer_state"]
+    assert ours["log_extra"] == theirs["log_extra"] and ours["log_metric"] == theirs["log_metric"]

@@ -40,14 +40,17 @@ from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroup
 from .config import GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
 from .families import FAMILIES, Extension, GenerationBatch, LossContext
-from .families.base import KEEP_KEY, GenerationUpdate, Rollout
+from .families.base import KEEP_KEY, GenerationUpdate
 from .families.observers import OBSERVERS
+from .rollouts import Rollout, apply_splice
 from .trl_compat import (
     TRL_VERSION,
     aggregate_like_loss_type,
     combined_rewards,
     default_output_dir,
     prepare_scoring_model,
+    reference_logps,
+    reward_kwargs,
     vllm_importance_sampling_ratio,
 )
 
@@ -149,6 +152,10 @@ class TrainerHost:
     @property
     def eos_token_ids(self) -> list[int]:
         return list(self._trainer.eos_token_ids)
+
+    @property
+    def pad_to_multiple_of(self) -> int | None:
+        return self._trainer.pad_to_multiple_of
 
     @property
     def scale_rewards(self) -> str:
@@ -295,59 +302,12 @@ class TrainerHost:
         return combined_rewards(rewards_per_func, trainer.reward_weights)
 
     def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
-        """As TRL 1.16's ``_calculate_rewards`` builds them, plus ``completion_ids``."""
-        trainer = self._trainer
-        keys = [key for key in inputs[0] if key not in ("prompt", "completion", "completion_ids")]
-        kwargs: dict[str, Any] = {key: [row[key] for row in inputs] for key in keys}
-        kwargs["trainer_state"] = trainer.state
-        kwargs["log_extra"] = trainer._log_completion_extra
-        kwargs["log_metric"] = trainer._log_metric
-        if getattr(trainer, "environments", None) is not None:
-            kwargs["environments"] = trainer.environments
-        kwargs["completion_ids"] = completion_ids
-        return kwargs
+        """As TRL 1.16's ``_calculate_rewards`` builds them (``trl_compat.reward_kwargs``), plus ``completion_ids``."""
+        return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}
 
     def truncated(self, completion_ids: list[list[int]]) -> list[bool]:
         ends = {*self.eos_token_ids, self.pad_token_id}
         return [not ids or ids[-1] not in ends for ids in completion_ids]
-
-    def rollout_tensors(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        trainer = self._trainer
-        device = trainer.accelerator.device
-        pad_id = trainer._tokenizer.pad_token_id
-        multiple = trainer.pad_to_multiple_of
-        prompts = [torch.tensor(ids, dtype=torch.long) for ids in rollout.prompt_ids]
-        lengths = [len(ids) for ids in rollout.completion_ids]
-        p_width = _round_up(max(len(p) for p in prompts), multiple)
-        t_width = _round_up(max(max(lengths), 1), multiple)
-        truncated = [trainer.mask_truncated_completions and cut for cut in self.truncated(rollout.completion_ids)]
-        out = {
-            "prompt_ids": torch.stack([_pad_to(p, p_width, pad_id, left=True) for p in prompts]),
-            "prompt_mask": torch.stack([_pad_to(torch.ones_like(p), p_width, 0, left=True) for p in prompts]),
-            "completion_ids": torch.stack(
-                [_pad_to(torch.tensor(ids, dtype=torch.long), t_width, pad_id) for ids in rollout.completion_ids]
-            ),
-            "completion_mask": torch.stack(
-                [
-                    _pad_to(torch.full((n,), 0 if cut else 1, dtype=torch.long), t_width, 0)
-                    for n, cut in zip(lengths, truncated, strict=True)
-                ]
-            ),
-        }
-        if rollout.tool_mask is not None:
-            out["tool_mask"] = torch.stack(
-                [
-                    _pad_to(torch.tensor(m[:n], dtype=torch.long) * (0 if cut else 1), t_width, 1)
-                    for m, n, cut in zip(rollout.tool_mask, lengths, truncated, strict=True)
-                ]
-            )
-        if rollout.logprobs is not None:
-            rows = [
-                torch.tensor([math.nan if x is None else float(x) for x in lp[:n]], dtype=torch.float32)
-                for lp, n in zip(rollout.logprobs, lengths, strict=True)
-            ]
-            out["sampling_logps"] = torch.stack([_pad_to(r, t_width, 0.0) for r in rows])
-        return {key: value.to(device) for key, value in out.items()}
 
     def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
         trainer = self._trainer
@@ -357,6 +317,11 @@ class TrainerHost:
             trainer.model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=compute_entropy
         )
         return logps, entropies
+
+    def reference_logps(self, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
+        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+        return reference_logps(self._trainer, input_ids, attention_mask, chunk["completion_ids"].size(1))
 
     def vllm_is_ratio(self, old_logps, sampling_logps, mask):
         trainer = self._trainer
@@ -370,38 +335,6 @@ class TrainerHost:
             clip_min=self.args.vllm_importance_sampling_clip_min,
             clip_max=self.args.vllm_importance_sampling_clip_max,
         )
-
-
-def _round_up(width: int, multiple: int | None) -> int:
-    return width if not multiple else -(-width // multiple) * multiple
-
-
-def _pad_to(row: torch.Tensor, width: int, value, *, left: bool = False) -> torch.Tensor:
-    """A 1-D ``row`` padded with ``value`` to ``width`` (on the left for TRL's prompts)."""
-    pad = row.new_full((width - row.numel(),), value)
-    return torch.cat([pad, row]) if left else torch.cat([row, pad])
-
-
-def _widen(tensor: torch.Tensor, width: int, value, *, left: bool = False) -> torch.Tensor:
-    """(B, T) ``tensor`` padded with ``value`` to (B, width) (on the left for TRL's prompts)."""
-    if tensor.size(1) >= width:
-        return tensor
-    pad = tensor.new_full((tensor.size(0), width - tensor.size(1)), value)
-    return torch.cat([pad, tensor], dim=1) if left else torch.cat([tensor, pad], dim=1)
-
-
-#: Keys of TRL 1.16's generation output for multimodal batches: a splice cannot rebuild them for new rows.
-_MULTIMODAL_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-    "num_images",
-)
 
 
 def _is_reward_value(value) -> bool:
@@ -787,104 +720,10 @@ class GRPOExtTrainer(GRPOTrainer):
             out["num_items_in_batch"] = self.accelerator.gather((completion_mask * out["tool_mask"]).sum()).sum()
             out[KEEP_KEY] = local_keep
 
-    @torch.no_grad()
     def _apply_splice(self, batch: GenerationBatch, splice) -> None:
-        """Put ``splice.rollout`` in place of this process's first rows of TRL's batch (see ``families.base.Splice``).
-
-        The new rows are padded as TRL pads (``TrainerHost.rollout_tensors``); their old log-probs (when TRL keeps
-        them), reference log-probs (when ``beta != 0``; which model is the reference is the one piece copied from TRL
-        1.16, ``_ext_reference_logps``, parity-tested) and vLLM importance-sampling ratio are computed with TRL's own
-        methods, and ``num_items_in_batch`` is recounted like TRL's.
-        """
-        out = batch.output
-        multimodal = [key for key in _MULTIMODAL_KEYS if key in out]
-        if multimodal:
-            raise ValueError(
-                f"entropy_control='aepo' with aepo_mode='splice' cannot put its samples into a multimodal batch (TRL's "
-                f"batch carries {multimodal}, which a splice cannot rebuild for new rows). Fix: set "
-                "GRPOExtConfig.entropy_control='none' for image inputs."
-            )
-        rows = len(splice.rollout.completion_ids)
-        if rows > out["completion_ids"].size(0):
-            raise RuntimeError(f"a splice of {rows} rows into a batch of {out['completion_ids'].size(0)}")
-        if rows:
-            new = self.ext_host.rollout_tensors(splice.rollout)
-            pad_id = self._tokenizer.pad_token_id
-            p_width = max(out["prompt_ids"].size(1), new["prompt_ids"].size(1))
-            t_width = max(out["completion_ids"].size(1), new["completion_ids"].size(1))
-            for key, value, left in (("prompt_ids", pad_id, True), ("prompt_mask", 0, True)):
-                out[key] = _widen(out[key], p_width, value, left=left)
-                out[key][:rows] = _widen(new[key], p_width, value, left=left)
-            pads = {
-                "completion_ids": pad_id,
-                "completion_mask": 0,
-                "tool_mask": 1,
-                "old_per_token_logps": 0,
-                "ref_per_token_logps": 0,
-                "sampling_per_token_logps": 0,
-            }
-            for key, value in pads.items():  # every (B, T) entry of TRL's batch, to the wider width
-                if key in out:
-                    out[key] = _widen(out[key], t_width, value)
-            out["completion_ids"][:rows] = _widen(new["completion_ids"], t_width, pad_id)
-            out["completion_mask"][:rows] = _widen(new["completion_mask"], t_width, 0)
-            if "tool_mask" in out or "tool_mask" in new:
-                if "tool_mask" not in out:
-                    out["tool_mask"] = torch.ones_like(out["completion_mask"])
-                tool = new.get("tool_mask", torch.ones_like(new["completion_mask"]))
-                out["tool_mask"][:rows] = _widen(tool, t_width, 1)
-            advantages = out["advantages"]
-            if advantages.dim() == 2:
-                advantages = _widen(advantages, t_width, 0.0)
-                advantages[:rows] = float(splice.advantage) * out["completion_mask"][:rows].to(advantages.dtype)
-            else:
-                advantages[:rows] = float(splice.advantage)
-            out["advantages"] = advantages
-            if KEEP_KEY in out:
-                out[KEEP_KEY][:rows] = True
-        # Forwards are collectives under FSDP / ZeRO-3 (parameters are gathered layer by layer): every process runs the
-        # same ones whatever its splice holds, a process with nothing to splice on one of its own rows, result unused.
-        n, width = max(rows, 1), out["completion_ids"].size(1)
-        input_ids = torch.cat([out["prompt_ids"][:n], out["completion_ids"][:n]], dim=1)
-        attention_mask = torch.cat([out["prompt_mask"][:n], out["completion_mask"][:n]], dim=1)
-        if "old_per_token_logps" in out:  # TRL keeps them when the batch is reused off-policy (or for vLLM IS)
-            old = self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, width)[0]
-            out["old_per_token_logps"][:rows] = old[:rows]
-        if "ref_per_token_logps" in out:
-            out["ref_per_token_logps"][:rows] = self._ext_reference_logps(input_ids, attention_mask, width)[:rows]
-        if rows and "sampling_per_token_logps" in out:
-            sampling = new.get("sampling_logps")
-            if sampling is None:
-                sampling = torch.full_like(new["completion_mask"], math.nan, dtype=torch.float32)
-            out["sampling_per_token_logps"][:rows] = _widen(sampling, width, 0.0).to(
-                out["sampling_per_token_logps"].dtype
-            )
-        if rows and "importance_sampling_ratio" in out:
-            ratio = out["importance_sampling_ratio"]
-            if ratio.size(1) > 1:
-                ratio = _widen(ratio, width, 1.0)
-            mask = out["completion_mask"][:rows] * out.get("tool_mask", out["completion_mask"])[:rows]
-            ratio[:rows] = self.ext_host.vllm_is_ratio(
-                out["old_per_token_logps"][:rows],
-                out["sampling_per_token_logps"][:rows],
-                mask.to(out["old_per_token_logps"].dtype),
-            ).to(ratio.dtype)
-            out["importance_sampling_ratio"] = ratio
-        loss_mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
-        out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-
-    def _ext_reference_logps(self, input_ids, attention_mask, logits_to_keep) -> torch.Tensor:
-        """(b, t) reference-model log-probs as TRL 1.16's ``_generate_and_score_completions`` computes them: the
-        ``ref_model``, or for a PEFT model the base (or its "ref" adapter). Copied from TRL 1.16 (no hook computes them
-        for given rows); ``tests/test_aepo.py::test_spliced_reference_logps_follow_trls_choice_of_reference`` checks
-        parity with TRL's own values."""
-        if self.ref_model is not None:
-            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, logits_to_keep)[0]
-        from trl.trainer.utils import use_adapter
-
-        model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, logits_to_keep)[0]
+        """Write a member's :class:`~trl_grpo_ext.rollouts.Splice` into TRL's batch (the rollout mechanism of
+        :mod:`trl_grpo_ext.rollouts`; a method so that tests can watch it)."""
+        apply_splice(batch.output, splice, self.ext_host, keep_key=KEEP_KEY)
 
     def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:
         """(B, T) of every process, right-padded with 0 to the longest T, concatenated: (N, T')."""

@@ -114,6 +114,37 @@ def vllm_importance_sampling_ratio(
     )
 
 
+def reward_kwargs(trainer, inputs: list[dict]) -> dict:
+    """The keyword arguments TRL 1.16's ``GRPOTrainer._calculate_rewards`` passes to a Python reward function besides
+    ``prompts``, ``completions`` and ``completion_ids`` (copied from it: every dataset column but "prompt", "completion"
+    and "completion_ids", one entry per row; ``trainer_state``, ``log_extra``, ``log_metric``, and ``environments``
+    when TRL has them). ``tests/test_trl_contract.py::test_reward_kwargs_parity_with_trl`` compares them with what TRL
+    passes."""
+    keys = [key for key in inputs[0] if key not in ("prompt", "completion", "completion_ids")]
+    kwargs = {key: [row[key] for row in inputs] for key in keys}
+    kwargs["trainer_state"] = trainer.state
+    kwargs["log_extra"] = trainer._log_completion_extra
+    kwargs["log_metric"] = trainer._log_metric
+    if getattr(trainer, "environments", None) is not None:
+        kwargs["environments"] = trainer.environments
+    return kwargs
+
+
+def reference_logps(trainer, input_ids, attention_mask, logits_to_keep) -> torch.Tensor:
+    """(b, t) reference-model log-probs as TRL 1.16's ``_generate_and_score_completions`` computes them for its batch:
+    with the ``ref_model``, or for a PEFT model with the base (or its "ref" adapter). Copied from TRL (no hook computes
+    them for given rows); ``tests/test_aepo.py::test_spliced_reference_logps_follow_trls_choice_of_reference`` checks
+    them against TRL's own."""
+    logps = trainer._get_per_token_logps_and_entropies
+    if trainer.ref_model is not None:
+        return logps(trainer.ref_model, input_ids, attention_mask, logits_to_keep)[0]
+    from trl.trainer.utils import use_adapter
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+        return logps(trainer.model, input_ids, attention_mask, logits_to_keep)[0]
+
+
 def prepare_scoring_model(model, accelerator, *, deepspeed: bool):
     """A frozen scoring model (a PRM) placed as TRL 1.16's ``GRPOTrainer.__init__`` places its reward models: under
     DeepSpeed wrapped by TRL's ``prepare_deepspeed`` (under ZeRO-3 ``from_pretrained`` has already partitioned it, and

@@ -18,16 +18,8 @@ from ..core.aepo import (
     high_entropy_mask,
 )
 from ..core.state import state_number
-from .base import (
-    ENTROPY_CONTROLS,
-    Extension,
-    GenerationBatch,
-    GenerationUpdate,
-    LossContext,
-    Off,
-    Rollout,
-    Splice,
-)
+from ..rollouts import Rollout, Splice, rollout_tensors
+from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +169,8 @@ class AEPO(Extension):
     @torch.no_grad()
     def _build_chunks(self, rollout: Rollout, rows: list[int]) -> list[dict[str, torch.Tensor]]:
         """Term mode: the kept samples in ``steps_per_generation`` micro-chunks of one fixed size, padded as TRL pads
-        its batch (``Host.rollout_tensors``), with old log-probs and, under vLLM's correction, TRL's IS ratio.
+        its batch (:func:`~trl_grpo_ext.rollouts.rollout_tensors`), with old log-probs and, under vLLM's
+        correction, TRL's IS ratio.
 
         Every process builds ``steps_per_generation`` chunks whatever it kept: a chunk with no sample of this process
         holds its first regenerated row with an all-zero loss mask, so that the policy forwards (collectives under
@@ -189,7 +182,7 @@ class AEPO(Extension):
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
-            chunk = host.rollout_tensors(rollout.select(part or [0]))
+            chunk = rollout_tensors(rollout.select(part or [0]), host)
             tool = chunk.pop("tool_mask", None)
             sampling = chunk.pop("sampling_logps", None)
             chunk["loss_mask"] = chunk["completion_mask"] if tool is None else chunk["completion_mask"] * tool
