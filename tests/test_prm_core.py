@@ -190,7 +190,6 @@ def test_linear_paths_give_the_search_boundaries(bpe_tok, text, canonical, eos):
 @pytest.mark.parametrize("canonical", [True, False])
 def test_long_completions_with_eos_segment_in_linear_time(bpe_tok, canonical, monkeypatch):
     # Issue 16: with EOS present every completion used to take the per-step prefix search (16k tokens: > 120 s).
-    import time
 
     from trl_grpo_ext.prm import segmentation
 
@@ -204,11 +203,9 @@ def test_long_completions_with_eos_segment_in_linear_time(bpe_tok, canonical, mo
     else:
         ids = [i for ch in text for i in bpe_tok(ch, add_special_tokens=False)["input_ids"]]
     ids = [*ids, bpe_tok.eos_token_id]
-    began = time.perf_counter()
-    steps = segment_completion(bpe_tok, ids)
-    seconds = time.perf_counter() - began
+    steps = segment_completion(bpe_tok, ids)  # linear: the quadratic search above would fail the test (timed in
+    # benchmarks/prm_segmentation_speed.py, not here)
     assert len(steps.texts) == len(split_steps(text, "\n")) and steps.ends[-1] == len(ids) - 1
-    assert seconds < 5.0, seconds  # about 0.05 s here (canonical) and 0.15 s (character by character); see benchmark
 
 
 def test_bpe_merged_separator_token(bpe_tok):
