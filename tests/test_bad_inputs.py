@@ -148,6 +148,12 @@ CONFIG_ERRORS = [
     ("loss_type", dict(token_clip="clip_cov", loss_type="grpo_v2")),  # a TRL loss type this release does not know
     ("loss_type", dict(sample_filter="best_of_n", loss_type="new_loss")),
     ("sample_filter", dict(sample_filter="none ")),
+    # pass@k advantages
+    ("pkpo_k", dict(advantage_estimator="pass_at_k", pkpo_k=0)),
+    ("pkpo_k", dict(advantage_estimator="pass_at_k", pkpo_k=5)),  # more than the 4 samples of a prompt
+    ("pkpo_k", dict(advantage_estimator="pass_at_k", pkpo_k=2.5)),
+    ("pkpo_estimator", dict(advantage_estimator="pass_at_k", pkpo_estimator="loo")),
+    ("pkpo_anneal_fraction", dict(advantage_estimator="pass_at_k", pkpo_anneal_fraction=1.5)),
     # finite but absurd (issue 26: beta reached 2.6e8 with kl_beta_max=1e300; a weight of 1e30 zeroed every advantage)
     ("kl_beta_max", dict(ADAPTIVE, kl_beta_max=1e300, kl_horizon=1)),
     ("reward_weights", dict(reward_weights=[1e30])),

@@ -111,18 +111,36 @@ class AdvantageConfig(ConfigSection):
             How advantages are computed. `"grpo"`: TRL's group-normalised outcome reward. `"prm"`: process
             supervision (DeepSeekMath sec. 4.1.3): step rewards normalised over the group, token advantage = sum of the
             normalised rewards of the steps ending at or after the token. Step rewards come from
-            `GRPOExtTrainer(step_reward_funcs=...)` and/or the PRM model `prm_model_name_or_path`.
+            `GRPOExtTrainer(step_reward_funcs=...)` and/or the PRM model `prm_model_name_or_path`. `"pass_at_k"`: PKPO
+            (Walder & Karkhanis 2025): reward transformations whose gradient estimates the gradient of pass@k (binary
+            rewards) or of the best reward of k samples (continuous rewards), see `pkpo_*`.
         advantage_std (`str`, *optional*, defaults to `"sample"`):
             Standard deviation used to normalise rewards in a group: `"sample"` (n - 1, TRL's default) or
             `"population"` (n, as written in DeepSeekMath and the seed document).
+        pkpo_k (`int`, *optional*, defaults to `4`):
+            The k of pass@k that `advantage_estimator="pass_at_k"` optimises, 1 <= k <= num_generations.
+        pkpo_estimator (`str`, *optional*, defaults to `"loo_minus_one"`):
+            `"loo_minus_one"`: PKPO's k-1 leave-one-out baselined weights (lowest variance; a wrong binary sample gets
+            0); `"s"`: the plain unbiased weights.
+        pkpo_anneal_fraction (`float`, *optional*, defaults to `0.0`):
+            Anneal k linearly from `pkpo_k` down to 1 over this fraction of training (0: constant k), as PKPO does to
+            end on pass@1.
     """
 
-    advantage_estimator: Literal["grpo", "prm"] = field(
+    advantage_estimator: Literal["grpo", "prm", "pass_at_k"] = field(
         default="grpo",
         metadata={
             "help": "How advantages are computed. 'grpo': TRL's group-normalised outcome reward. 'prm': process "
-            "supervision from step rewards (DeepSeekMath sec. 4.1.3)."
+            "supervision from step rewards (DeepSeekMath sec. 4.1.3). 'pass_at_k': PKPO, the gradient of pass@k."
         },
+    )
+    pkpo_k: int = field(default=4, metadata={"help": "k of pass@k for advantage_estimator='pass_at_k'."})
+    pkpo_estimator: Literal["loo_minus_one", "s"] = field(
+        default="loo_minus_one",
+        metadata={"help": "PKPO weights: 'loo_minus_one' (baselined, lowest variance) or 's' (plain, unbiased)."},
+    )
+    pkpo_anneal_fraction: float = field(
+        default=0.0, metadata={"help": "Anneal k from pkpo_k to 1 over this fraction of training (0: constant)."}
     )
     advantage_std: Literal["sample", "population"] = field(
         default="sample",
@@ -133,6 +151,15 @@ class AdvantageConfig(ConfigSection):
     )
 
     def check(self) -> None:
+        if self.advantage_estimator == "pass_at_k" and not 1 <= self.pkpo_k <= self.num_generations:
+            _fail(
+                "pkpo_k",
+                self.pkpo_k,
+                f"pass@k needs 1 <= k <= num_generations ({self.num_generations}): k of the n samples of a prompt",
+                f"e.g. pkpo_k={min(4, self.num_generations)}, or raise num_generations",
+            )
+        if not 0.0 <= self.pkpo_anneal_fraction <= 1.0:
+            _fail("pkpo_anneal_fraction", self.pkpo_anneal_fraction, "a fraction of training, in [0, 1]", "e.g. 0.5")
         if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
             _fail(
                 "advantage_std",

@@ -130,6 +130,11 @@ class TrainerHost:
         return self._trainer.state.global_step
 
     @property
+    def max_steps(self) -> int:
+        """The optimizer steps of this training run (0 before it starts)."""
+        return self._trainer.state.max_steps
+
+    @property
     def micro_step(self) -> int:
         return self._trainer._step
 

@@ -17,6 +17,7 @@ from .diversity import (
     unique_fraction,
 )
 from .kl_control import AdaptiveKLController, DiversityKLController
+from .pass_at_k import annealed_k, pass_at_k_weights
 from .prm import pad_steps, prm_step_advantages
 from .registry import Registry
 from .sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask, r_squared, rank_filter_strategies
@@ -31,6 +32,8 @@ from .token_clip import (
 )
 
 __all__ = [
+    "annealed_k",
+    "pass_at_k_weights",
     "LOCAL",
     "SAMPLE_FILTER_STRATEGIES",
     "AdaptiveKLController",
