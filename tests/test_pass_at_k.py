@@ -21,7 +21,11 @@ def lengths(completions, **kwargs):
 @pytest.mark.parametrize("estimator", ["loo_minus_one", "s"])
 def test_advantages_are_the_scaled_pkpo_weights_of_the_rewards(make_trainer, train_dataset, estimator):
     trainer = make_trainer(
-        advantage_estimator="pass_at_k", pkpo_k=2, pkpo_estimator=estimator, reward_funcs=[lengths], max_completion_length=8
+        advantage_estimator="pass_at_k",
+        pkpo_k=2,
+        pkpo_estimator=estimator,
+        reward_funcs=[lengths],
+        max_completion_length=8,
     )
     out = scored_batch(trainer, train_dataset, num_prompts=2)
     rewards = torch.tensor(list(trainer._logs["rewards"]["lengths"])[-8:], dtype=torch.float32)
