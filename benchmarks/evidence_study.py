@@ -4,6 +4,7 @@
     python benchmarks/evidence_study.py --study forks_tools2    # more tools, same task and vanilla runs
     python benchmarks/evidence_study.py --study forks_knobs     # TRL's own knobs vs vanilla on the same task
     python benchmarks/evidence_study.py --study forks_frontier  # vanilla stopped earlier: the trade-off for free
+    python benchmarks/evidence_study.py --study forks_pkpo      # pass@k advantages (PKPO) on the same task
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
     python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
@@ -59,6 +60,7 @@ TESTBED_OF = {
     "forks_tools2": "forks",
     "forks_knobs": "forks",
     "forks_frontier": "forks",
+    "forks_pkpo": "forks",
     "length_kl": "length_bias",
     "length_other": "length_bias",
 }
@@ -92,6 +94,11 @@ def studies() -> dict[str, dict[str, Arm]]:
         "forks_frontier": {
             "vanilla, 100 steps": Arm({"max_steps": 100}, "vanilla with 100 instead of 250 steps"),
             "vanilla, 150 steps": Arm({"max_steps": 150}, "vanilla with 150 instead of 250 steps"),
+        },
+        # PKPO (advantage_estimator="pass_at_k"): the gradient of pass@k instead of pass@1 (exploratory: issue 28).
+        "forks_pkpo": {
+            "PKPO k=4": Arm({"advantage_estimator": "pass_at_k", "pkpo_k": 4}, "s^(loo-1) weights, k = 4 of 8"),
+            "PKPO k=8": Arm({"advantage_estimator": "pass_at_k", "pkpo_k": 8}, "s^(loo-1) weights, k = 8 of 8"),
         },
         "length_kl": {
             "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
