@@ -172,35 +172,40 @@ def warm_start(
     Under ``accelerate`` / ``torchrun`` call it on every process, like any trainer: they train together and the main
     process writes the folder (to a temporary name, renamed when complete).
     """
-    name = f"careless-h{hidden_size}-l{num_layers}-n{examples}-lr{learning_rate:g}-b{batch_size}-s{seed}-v1"
-    path = os.path.join(cache_dir, name)
     return sft_warm_start(
-        path,
-        lambda: sft_dataset(examples, seed=seed),
+        cache_dir,
+        kind="careless",
+        dataset=sft_dataset,
         seed=seed,
+        examples=examples,
         learning_rate=learning_rate,
         batch_size=batch_size,
         hidden_size=hidden_size,
         num_layers=num_layers,
         use_cpu=use_cpu,
-        log=lambda: log(f"[testbed] SFT warm start (seed {seed}, {examples} careless-teacher rows), cached in {path}"),
+        log=lambda path: log(
+            f"[testbed] SFT warm start (seed {seed}, {examples} careless-teacher rows), cached in {path}"
+        ),
     )
 
 
 def sft_warm_start(
-    path: str,
-    dataset,
+    cache_dir: str,
     *,
+    kind: str,
+    dataset,
     seed: int,
+    examples: int,
     learning_rate: float,
     batch_size: int,
     hidden_size: int,
     num_layers: int,
     use_cpu: bool,
-    log=lambda: None,
+    log=lambda path: None,
 ) -> str:
-    """A tiny random Llama fine-tuned by TRL's ``SFTTrainer`` for one epoch on ``dataset()`` (prompt-completion rows,
-    built only when the folder is missing), saved to ``path`` with its tokenizer; reused when ``path`` exists.
+    """A tiny random Llama fine-tuned by TRL's ``SFTTrainer`` for one epoch on ``dataset(examples, seed=seed)``
+    (prompt-completion rows, built only when the folder is missing), saved with its tokenizer to a folder of
+    ``cache_dir`` named after ``kind`` and every setting, and reused when it exists; returns its path.
 
     Every process trains (call it on every process under ``accelerate`` / ``torchrun``); the main one writes the folder
     to a temporary name and renames it when complete, so a half-written folder is never taken for a warm start.
@@ -208,6 +213,8 @@ def sft_warm_start(
     from accelerate import PartialState
     from trl import SFTConfig, SFTTrainer
 
+    name = f"{kind}-h{hidden_size}-l{num_layers}-n{examples}-lr{learning_rate:g}-b{batch_size}-s{seed}-v1"
+    path = os.path.join(cache_dir, name)
     if os.path.exists(os.path.join(path, "config.json")):
         return path
     state = PartialState()
@@ -227,8 +234,8 @@ def sft_warm_start(
         seed=seed,
     )
     if state.is_main_process:
-        log()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset(), processing_class=tokenizer)
+        log(path)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset(examples, seed=seed), processing_class=tokenizer)
     trainer.train()
     tmp = f"{path}.tmp-{os.getpid()}"
     trainer.save_model(tmp)  # writes on the main process only

@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import os
 import random
 from typing import Any
 
@@ -167,18 +166,20 @@ def warm_start(
 ) -> str:
     """The SFT warm start for ``seed``, built once into ``cache_dir`` and reused; returns its path (as
     :func:`trl_grpo_ext.testbed.warm_start`, on this task's teacher)."""
-    name = f"forks-h{hidden_size}-l{num_layers}-n{examples}-lr{learning_rate:g}-b{batch_size}-s{seed}-v1"
-    path = os.path.join(cache_dir, name)
     return testbed.sft_warm_start(
-        path,
-        lambda: sft_dataset(examples, seed=seed),
+        cache_dir,
+        kind="forks",
+        dataset=sft_dataset,
         seed=seed,
+        examples=examples,
         learning_rate=learning_rate,
         batch_size=batch_size,
         hidden_size=hidden_size,
         num_layers=num_layers,
         use_cpu=use_cpu,
-        log=lambda: log(f"[forks] SFT warm start (seed {seed}, {examples} careless-teacher rows), cached in {path}"),
+        log=lambda path: log(
+            f"[forks] SFT warm start (seed {seed}, {examples} careless-teacher rows), cached in {path}"
+        ),
     )
 
 

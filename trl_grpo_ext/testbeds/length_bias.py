@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import random
 import re
 from typing import Any
@@ -104,18 +103,18 @@ def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Datas
 def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
     """The SFT warm start for ``seed`` on the chatty teacher (the addition testbed's model size and SFT settings),
     built once into ``cache_dir``; returns its path."""
-    name = f"chatty{CHATTY:g}-h128-l4-n{examples}-lr0.002-b64-s{seed}-v1"
-    path = os.path.join(cache_dir, name)
     return testbed.sft_warm_start(
-        path,
-        lambda: sft_dataset(examples, seed=seed),
+        cache_dir,
+        kind=f"chatty{CHATTY:g}",
+        dataset=sft_dataset,
         seed=seed,
+        examples=examples,
         learning_rate=2e-3,
         batch_size=64,
         hidden_size=128,
         num_layers=4,
         use_cpu=use_cpu,
-        log=lambda: log(f"[length_bias] SFT warm start (seed {seed}, {examples} chatty rows), cached in {path}"),
+        log=lambda path: log(f"[length_bias] SFT warm start (seed {seed}, {examples} chatty rows), cached in {path}"),
     )
 
 
