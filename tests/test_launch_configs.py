@@ -5,7 +5,7 @@ Real-scale configs keep every training value except what this machine cannot run
 model is a tiny local one with a chat template, the dataset a local file in the config's format, no vLLM (it needs a
 GPU), float32 instead of bf16, one step of a tiny batch. The sharded engines run through tests/shimmed_launch.py
 (tests/engines.py says what it patches in accelerate on a machine without a GPU). The offline configs run on one
-process, as the README launches them.
+process, in the test's interpreter.
 """
 
 from __future__ import annotations
@@ -129,14 +129,22 @@ def test_real_scale_config_launches_under_its_engine(config, stand_in, tmp_path,
 
 
 @pytest.mark.parametrize("config", OFFLINE)
-def test_offline_config_launches(config, tmp_path_factory, tmp_path):
+def test_offline_config_launches(config, tmp_path_factory, tmp_path, monkeypatch):
+    """The recipe on one process, in this interpreter (what ``accelerate launch`` does on one process, without paying
+    for a fresh interpreter per config): one step of each offline config."""
+    from test_recipe import load_recipe
+
+    monkeypatch.chdir(ROOT)
+    recipe = load_recipe()
     out = tmp_path / "run"
     cache = tmp_path_factory.getbasetemp() / "launch_cache"  # one warm start per task, shared by the configs
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", str(RECIPE)]
-    cmd += ["--config", f"recipes/configs/{config}.yaml", *OFFLINE_QUICK, "--output_dir", str(out)]
-    cmd += ["--cache_dir", str(cache)]
-    summary = _launch(cmd, out)
+    argv = ["--config", f"recipes/configs/{config}.yaml", *OFFLINE_QUICK, "--output_dir", str(out)]
+    script_args, training_args, model_args = recipe.make_parser().parse_args_and_config(
+        [*argv, "--cache_dir", str(cache)]
+    )
+    summary = recipe.main(script_args, training_args, model_args)
     assert summary["train"]["steps"] == 1 and {"start", "final"} <= set(summary)
+    assert (out / "summary.json").exists()
 
 
 def test_default_recipe_under_zero3_evaluates_on_every_process(stand_in, tmp_path, deepspeed_ops):
