@@ -154,6 +154,16 @@ CONFIG_ERRORS = [
     ("pkpo_k", dict(advantage_estimator="pass_at_k", pkpo_k=2.5)),
     ("pkpo_estimator", dict(advantage_estimator="pass_at_k", pkpo_estimator="loo")),
     ("pkpo_anneal_fraction", dict(advantage_estimator="pass_at_k", pkpo_anneal_fraction=1.5)),
+    # W-REINFORCE and entropy-shaped advantages
+    ("w_reinforce_lambda", dict(advantage_weighting="w_reinforce", w_reinforce_lambda=-0.1)),
+    ("w_reinforce_lambda", dict(advantage_weighting="w_reinforce", w_reinforce_lambda=float("nan"))),
+    ("w_reinforce_baseline", dict(advantage_weighting="w_reinforce", w_reinforce_baseline="mean")),
+    ("w_reinforce_baseline", dict(advantage_weighting="w_reinforce", advantage_estimator="pass_at_k", pkpo_k=2)),
+    ("w_reinforce_threshold", dict(advantage_weighting="w_reinforce", w_reinforce_threshold="0.5")),
+    ("advantage_weighting", dict(advantage_weighting="w-reinforce")),
+    ("entropy_adv_alpha", dict(entropy_control="entropy_advantage", entropy_adv_alpha=0.0)),
+    ("entropy_adv_kappa", dict(entropy_control="entropy_advantage", entropy_adv_kappa=0.5)),
+    ("entropy_adv_kappa", dict(entropy_control="entropy_advantage", entropy_adv_kappa=float("inf"))),
     # finite but absurd (issue 26: beta reached 2.6e8 with kl_beta_max=1e300; a weight of 1e30 zeroed every advantage)
     ("kl_beta_max", dict(ADAPTIVE, kl_beta_max=1e300, kl_horizon=1)),
     ("reward_weights", dict(reward_weights=[1e30])),

@@ -138,7 +138,7 @@ def aepo_masks_tool_tokens(trainer):
     """AEPO's samples keep TRL's tool / env mask: some of their completion tokens are masked out of the loss (the
     term's chunks, or the spliced rows of TRL's batch)."""
     aepo = trainer.extensions.get("entropy_control")
-    if aepo is not None:
+    if trainer.args.entropy_control == "aepo":
         # a chunk with an all-zero loss mask holds no sample of this process (it only keeps the forwards in step)
         chunks = [c for c in aepo._chunks if bool(c["loss_mask"].any())]
         masks = [(c["loss_mask"], c["completion_mask"]) for c in chunks] + trainer.spliced_masks
@@ -270,6 +270,21 @@ def acted_beta(trainer, logs):
     return len({*_values(logs, "kl/beta"), trainer.beta}) > 1
 
 
+def acted_pass_at_k(trainer, logs):
+    return _values(logs, "pkpo/k") and _values(logs, "pkpo/adv_abs_mean")
+
+
+def acted_w_reinforce(trainer, logs):
+    means = _values(logs, "w_reinforce/adv_mean")
+    # the paper's form (+lambda / -1, no baseline) never averages to GRPO's 0; the "group" form only reweights
+    return means and (trainer.args.w_reinforce_baseline == "group" or any(v != 0 for v in means))
+
+
+def acted_entropy_advantage(trainer, logs):
+    # it shapes inside every training loss: its metrics come with every logged step
+    return all("entropy_adv/bonus_mean" in h and "entropy_adv/capped_frac" in h for h in logs)
+
+
 def acted_aepo(trainer, logs):
     return _values(logs, "aepo/temperature") and sum(_values(logs, "aepo/samples_used")) > 0
 
@@ -304,6 +319,9 @@ COLUMNS: dict[str, Column] = {
     # A whole batch regenerated (not the reference's quarter) so that two tiny steps surely find samples to train.
     "aepo": Column(dict(entropy_control="aepo", aepo_adv_threshold=0.0, aepo_regenerate_fraction=1.0), (acted_aepo,)),
     "aepo_term": Column(dict(entropy_control="aepo", aepo_adv_threshold=0.0, **AEPO_0_1_0), (acted_aepo,)),
+    "pass_at_k": Column(dict(advantage_estimator="pass_at_k", pkpo_k=2), (acted_pass_at_k,)),
+    "w_reinforce": Column(dict(advantage_weighting="w_reinforce"), (acted_w_reinforce,)),
+    "entropy_advantage": Column(dict(entropy_control="entropy_advantage"), (acted_entropy_advantage,)),
     "monitor": Column(MONITOR, (acted_monitor,)),
     "all": Column(
         dict(
@@ -320,9 +338,11 @@ COLUMNS: dict[str, Column] = {
             entropy_control="aepo",
             aepo_adv_threshold=0.0,
             aepo_regenerate_fraction=1.0,
+            advantage_weighting="w_reinforce",
+            w_reinforce_baseline="group",
             **MONITOR,
         ),
-        (acted_prm, acted_clip_cov, acted_filter, acted_beta, acted_aepo, acted_monitor),
+        (acted_prm, acted_w_reinforce, acted_clip_cov, acted_filter, acted_beta, acted_aepo, acted_monitor),
         trainer=lambda env: {"step_reward_funcs": [digit_steps]},
     ),
 }

@@ -94,3 +94,48 @@ def test_properties_zero_mean_unit_std(data, std_kind):
     # Invariant to shifting and positive scaling of the rewards.
     shifted = group_relative_advantages(rewards * 3.0 + 7.0, g, std=std_kind, eps=0.0).view(p, g)
     torch.testing.assert_close(shifted[ok], adv[ok])
+
+
+def test_w_reinforce_advantages_by_hand():
+    from trl_grpo_ext.core.advantages import w_reinforce_advantages
+
+    rewards = torch.tensor([1.0, 0.0, 0.5, float("nan"), 0.7])
+    out = w_reinforce_advantages(rewards, positive_weight=0.1, threshold=0.5)
+    # 1.0 > 0.5: +lambda; 0.0 and 0.5 (not above): -1; unscorable: 0; 0.7: +lambda
+    torch.testing.assert_close(out, torch.tensor([0.1, -1.0, -1.0, 0.0, 0.1]))
+
+
+def test_scale_positive_advantages_keeps_negatives_and_shape():
+    from trl_grpo_ext.core.advantages import scale_positive_advantages
+
+    adv = torch.tensor([[1.5, -0.5, 0.0], [-2.0, 0.25, 4.0]])  # (B, T)
+    out = scale_positive_advantages(adv, positive_weight=0.1)
+    torch.testing.assert_close(out, torch.tensor([[0.15, -0.5, 0.0], [-2.0, 0.025, 0.4]]))
+    torch.testing.assert_close(scale_positive_advantages(adv[:, 0], positive_weight=0.0), torch.tensor([0.0, -2.0]))
+
+
+def test_entropy_shaped_advantages_by_hand():
+    from trl_grpo_ext.core.advantages import entropy_shaped_advantages
+
+    adv = torch.tensor([[1.0, 1.0], [-1.0, 0.0]])  # (B, T)
+    ent = torch.tensor([[0.5, 3.0], [2.0, 5.0]], requires_grad=True)  # (B, T)
+    out = entropy_shaped_advantages(adv, ent, alpha=0.4, kappa=2.0)
+    # 1 + min(0.2, 0.5); 1 + min(1.2, 0.5) capped; -1 + min(0.8, 0.5) capped; 0 + min(2.0, 0) = 0
+    torch.testing.assert_close(out, torch.tensor([[1.2, 1.5], [-0.5, 0.0]]))
+    assert not out.requires_grad  # the entropy is detached: the bonus carries no gradient
+
+
+@given(
+    adv=st.lists(st.floats(-5, 5), min_size=1, max_size=16),
+    ent=st.lists(st.floats(0, 10), min_size=16, max_size=16),
+    kappa=st.floats(1.0, 8.0),
+)
+def test_entropy_shaping_never_flips_a_sign_and_bounds_the_bonus(adv, ent, kappa):
+    from trl_grpo_ext.core.advantages import entropy_shaped_advantages
+
+    a = torch.tensor(adv, dtype=torch.float64)
+    h = torch.tensor(ent[: len(adv)], dtype=torch.float64)
+    out = entropy_shaped_advantages(a, h, alpha=0.4, kappa=kappa)
+    bonus = out - a
+    assert (bonus >= 0).all() and (bonus <= a.abs() / kappa + 1e-12).all()
+    assert (out[a < 0] <= 1e-12).all() and (out[a > 0] > 0).all() and (out[a == 0] == 0).all()

@@ -1,4 +1,4 @@
-"""PKPO's reward transformations (trl_grpo_ext.core.pass_at_k): hand-computed values, the subset definition, and the
+"""PKPO's reward transformations (trl_grpo_ext.core.pkpo): hand-computed values, the subset definition, and the
 unbiasedness of the gradient they give, checked by enumerating every draw of a small categorical policy."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from trl_grpo_ext.core.pass_at_k import annealed_k, pass_at_k_weights
+from trl_grpo_ext.core.pkpo import annealed_k, pass_at_k_weights
 
 
 def test_binary_rewards_by_hand():

@@ -174,6 +174,7 @@ def test_entropy_percentiles_are_torch_quantile(size, seed):
 
 
 def test_pass_at_k():
+    assert callable(pass_at_k)  # the function, not a submodule of the same name shadowing it in trl_grpo_ext.core
     assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
     assert pass_at_k(5, 2, 4) == 1.0 and pass_at_k(5, 0, 3) == 0.0
     assert pass_at_k(10, 3, 2) == pytest.approx(1 - (7 * 6) / (10 * 9))

@@ -10,7 +10,7 @@ import torch
 from conftest import last_logs, scored_batch
 
 from trl_grpo_ext import testkit
-from trl_grpo_ext.core.pass_at_k import pass_at_k_weights
+from trl_grpo_ext.core.pkpo import pass_at_k_weights
 
 
 def lengths(completions, **kwargs):

@@ -59,6 +59,19 @@ SANE_BOUNDS: dict[str, tuple[float, float, str, str]] = {
     "aepo_coef": (0.0, 1e3, "a weight above 1000 leaves only the AEPO term in the loss", "aepo_coef=1.0"),
     "kl_cov_coef": (0.0, 1e3, "a weight above 1000 leaves only the KL-Cov penalty in the loss", "kl_cov_coef=1.0"),
     "prm_outcome_coef": (-1e3, 1e3, "a weight beyond 1000 drowns the step advantages", "prm_outcome_coef=1.0"),
+    "w_reinforce_lambda": (
+        0.0,
+        1e3,
+        "the positive samples' weight against the negatives' 1; above 1000 the negatives vanish",
+        "w_reinforce_lambda=0.1",
+    ),
+    "entropy_adv_alpha": (
+        0.0,
+        1e3,
+        "an entropy weight above 1000 makes the bonus always hit its |A| / kappa cap",
+        "entropy_adv_alpha=0.4",
+    ),
+    "entropy_adv_kappa": (1.0, 1e6, "kappa >= 1 keeps the advantages' signs; above 1e6 the bonus is 0", "kappa=2.0"),
 }
 
 
@@ -125,6 +138,18 @@ class AdvantageConfig(ConfigSection):
         pkpo_anneal_fraction (`float`, *optional*, defaults to `0.0`):
             Anneal k linearly from `pkpo_k` down to 1 over this fraction of training (0: constant k), as PKPO does to
             end on pass@1.
+        advantage_weighting (`str`, *optional*, defaults to `"none"`):
+            Reweighting of the estimator's advantages by sign. `"w_reinforce"`: W-REINFORCE (Zhu et al. 2025, arXiv
+            2506.01347), positive samples weighted by `w_reinforce_lambda`, negative ones fully.
+        w_reinforce_lambda (`float`, *optional*, defaults to `0.1`):
+            Weight of the positive samples (the paper's lambda; 0 trains on negative samples only).
+        w_reinforce_baseline (`str`, *optional*, defaults to `"none"`):
+            `"none"` (the paper): advantage `w_reinforce_lambda` for a sample whose reward exceeds
+            `w_reinforce_threshold`, -1 for any other, no group baseline (only with `advantage_estimator="grpo"`,
+            whose advantage it replaces). `"group"`: the estimator's own advantages, positive entries times
+            `w_reinforce_lambda` (any estimator).
+        w_reinforce_threshold (`float`, *optional*, defaults to `0.5`):
+            With `w_reinforce_baseline="none"`: rewards above it count as positive (0.5 for 0/1 accuracy rewards).
     """
 
     advantage_estimator: Literal["grpo", "prm", "pass_at_k"] = field(
@@ -141,6 +166,18 @@ class AdvantageConfig(ConfigSection):
     )
     pkpo_anneal_fraction: float = field(
         default=0.0, metadata={"help": "Anneal k from pkpo_k to 1 over this fraction of training (0: constant)."}
+    )
+    advantage_weighting: Literal["none", "w_reinforce"] = field(
+        default="none",
+        metadata={"help": "'w_reinforce': W-REINFORCE, positive samples down-weighted (arXiv 2506.01347)."},
+    )
+    w_reinforce_lambda: float = field(default=0.1, metadata={"help": "W-REINFORCE's weight of positive samples."})
+    w_reinforce_baseline: Literal["none", "group"] = field(
+        default="none",
+        metadata={"help": "'none': +lambda / -1 by reward, no baseline (paper). 'group': the estimator's advantages."},
+    )
+    w_reinforce_threshold: float = field(
+        default=0.5, metadata={"help": "Reward above which a sample is positive (w_reinforce_baseline='none')."}
     )
     advantage_std: Literal["sample", "population"] = field(
         default="sample",
@@ -160,6 +197,25 @@ class AdvantageConfig(ConfigSection):
             )
         if not 0.0 <= self.pkpo_anneal_fraction <= 1.0:
             _fail("pkpo_anneal_fraction", self.pkpo_anneal_fraction, "a fraction of training, in [0, 1]", "e.g. 0.5")
+        if self.w_reinforce_lambda < 0:
+            _fail(
+                "w_reinforce_lambda",
+                self.w_reinforce_lambda,
+                "must be >= 0 (a weight of the positive samples; 0 trains on negative samples only)",
+                "e.g. 0.1 (paper)",
+            )
+        if (
+            self.advantage_weighting == "w_reinforce"
+            and self.w_reinforce_baseline == "none"
+            and self.advantage_estimator != "grpo"
+        ):
+            _fail(
+                "w_reinforce_baseline",
+                self.w_reinforce_baseline,
+                f"'none' replaces the group advantage by +lambda / -1, so advantage_estimator="
+                f"{self.advantage_estimator!r} would be discarded",
+                "set w_reinforce_baseline='group' (weights that estimator's advantages) or advantage_estimator='grpo'",
+            )
         if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
             _fail(
                 "advantage_std",
@@ -496,12 +552,13 @@ class KLControlConfig(ConfigSection):
 @dataclass
 class EntropyControlConfig(ConfigSection):
     r"""
-    > Entropy control (AEPO, arXiv 2510.08141)
+    > Entropy control (AEPO, arXiv 2510.08141; entropy-shaped advantages, arXiv 2506.14758)
 
         entropy_control (`str`, *optional*, defaults to `"none"`):
             `"aepo"`: each generation batch is generated again at a temperature chosen by the entropy (T_high under
             target, T_low above); the positive-advantage samples add a REINFORCE term that steers entropy to target.
-            Not TRL's entropy bonus (`entropy_coef`), which it replaces.
+            Not TRL's entropy bonus (`entropy_coef`), which it replaces. `"entropy_advantage"`: each token's
+            advantage gains a capped bonus from the policy's entropy there (`entropy_adv_*`).
         aepo_target_entropy (`float`, *optional*, defaults to `0.5`):
             Mean token entropy to hold (reference implementation: 0.5).
         aepo_temperature_high (`float`, *optional*, defaults to `1.2`):
@@ -542,14 +599,24 @@ class EntropyControlConfig(ConfigSection):
             higher than the policy's entropy); `"exact"`: the full-distribution entropy at each position. Targets
             quoted from the paper assume `"sampled"`.
 
+        entropy_adv_alpha (`float`, *optional*, defaults to `0.4`):
+            With `entropy_control="entropy_advantage"` (Cheng et al. 2025, arXiv 2506.14758): every trained token's
+            advantage gains `min(entropy_adv_alpha * H_t, |A_t| / entropy_adv_kappa)`, `H_t` the policy's detached
+            entropy at the token; no entropy loss.
+        entropy_adv_kappa (`float`, *optional*, defaults to `2.0`):
+            Cap of the entropy bonus as a fraction `1 / kappa` of `|A_t|`; `kappa >= 1` keeps every advantage's sign.
+
         Up to version 0.1.0 the behaviour was `aepo_mode="term"`, `aepo_regenerate_fraction=1.0`,
         `aepo_first_step="low"`, `aepo_at_target="low"`, `aepo_cap_rule="halve_cap"`,
         `aepo_sample_order="random"`, `aepo_entropy_estimator="exact"` (`trl_grpo_ext.config.AEPO_0_1_0`).
     """
 
-    entropy_control: Literal["none", "aepo"] = field(
+    entropy_control: Literal["none", "aepo", "entropy_advantage"] = field(
         default="none",
-        metadata={"help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141)."},
+        metadata={
+            "help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141). "
+            "'entropy_advantage': add a capped entropy bonus to each token's advantage (arXiv 2506.14758)."
+        },
     )
     aepo_target_entropy: float = field(default=0.5, metadata={"help": "Mean token entropy AEPO holds."})
     aepo_temperature_high: float = field(default=1.2, metadata={"help": "AEPO temperature below target entropy."})
@@ -584,6 +651,12 @@ class EntropyControlConfig(ConfigSection):
         default="sampled",
         metadata={"help": "Entropy AEPO steers on: 'sampled' (reference) -mean(logp), or 'exact' entropy."},
     )
+    entropy_adv_alpha: float = field(
+        default=0.4, metadata={"help": "entropy_advantage: bonus alpha * H_t per token (capped at |A| / kappa)."}
+    )
+    entropy_adv_kappa: float = field(
+        default=2.0, metadata={"help": "entropy_advantage: the bonus is at most |A| / kappa (kappa >= 1)."}
+    )
 
     def check(self) -> None:
         if self.entropy_control not in ("none", "aepo"):
@@ -596,6 +669,16 @@ class EntropyControlConfig(ConfigSection):
                     "unknown value",
                     f"use one of {registry_for('entropy_control').names()}",
                 )
+        if not self.entropy_adv_alpha > 0:
+            _fail("entropy_adv_alpha", self.entropy_adv_alpha, "must be > 0 (the entropy bonus's weight)", "e.g. 0.4")
+        if not self.entropy_adv_kappa >= 1:
+            _fail(
+                "entropy_adv_kappa",
+                self.entropy_adv_kappa,
+                "must be >= 1: the bonus is capped at |A| / kappa, and a smaller kappa lets it flip a negative "
+                "advantage's sign",
+                "e.g. 2.0",
+            )
         if not (math.isfinite(self.aepo_target_entropy) and self.aepo_target_entropy > 0):
             _fail("aepo_target_entropy", self.aepo_target_entropy, "must be a finite entropy > 0", "e.g. 0.5 (nats)")
         if not 0 < self.aepo_temperature_low < self.aepo_temperature_high:
@@ -803,6 +886,7 @@ class GRPOExtConfig(
     #: The switches that change training; :meth:`without_extensions` sets each to its off value.
     FAMILY_SWITCHES = (
         "advantage_estimator",
+        "advantage_weighting",
         "advantage_std",
         "token_clip",
         "sample_filter",
@@ -881,9 +965,9 @@ class GRPOExtConfig(
 
     # The registries hold the valid names (built-ins and user-registered variants).
     def _check_switches(self) -> None:
-        from .families import registry_for
+        from .families import FAMILIES, registry_for
 
-        registry_switches = ("advantage_estimator", "token_clip", "sample_filter", "kl_control", "entropy_control")
+        registry_switches = tuple(FAMILIES)  # every family's switch: its registry holds the valid names
         for name in registry_switches:
             registry = registry_for(name)
             value = getattr(self, name)

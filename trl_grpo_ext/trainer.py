@@ -5,7 +5,8 @@ Overridden TRL 1.16 methods (and why):
     ``_calculate_rewards``: keep the gathered (N, F) rewards for group-level extensions; refuse infinite rewards.
     ``_generate_and_score_completions``: run ``on_generation`` hooks (advantages, sample filter) before TRL shuffles.
     ``_compute_loss``: open a loss context, rescale filtered micro-batches, add extension loss terms.
-    ``_get_per_token_logps_and_entropies``: the only differentiable log-probs; token clips act on them here.
+    ``_get_per_token_logps_and_entropies``: the only differentiable log-probs; advantages are shaped (they may need
+        the entropies) and token clips act on the log-probs here.
     ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save and restore extension state (TRL's own pattern).
 
 Extensions never see the trainer: :class:`TrainerHost` (below) is their only door to TRL, and every TRL name used here
@@ -746,8 +747,8 @@ class GRPOExtTrainer(GRPOTrainer):
             row_scale = 1.0
             for extension in self.extensions.values():
                 row_scale *= extension.loss_scale(inputs, mode)
-            if row_scale != 1.0:
-                inputs = {**inputs, "advantages": inputs["advantages"] * row_scale}
+            # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
+            inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
             ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
         self._ext_loss_ctx = ctx
         try:
@@ -777,6 +778,11 @@ class GRPOExtTrainer(GRPOTrainer):
             ctx.logps = logps
             ctx.entropies = entropies
             with self.ext_clock.measure():
+                # TRL's loss reads inputs["advantages"] after this call; ctx.inputs is this micro-batch's own dict
+                advantages = ctx.inputs["advantages"]
+                for extension in self.extensions.values():
+                    advantages = extension.shape_advantages(advantages, ctx)
+                ctx.inputs["advantages"] = advantages
                 ctx.policy_weight = self._trl_policy_weight(ctx)
                 for extension in self.extensions.values():
                     logps = extension.modify_logps(logps, ctx)

@@ -3,7 +3,13 @@
 Every function takes explicit keyword arguments, a ``torch.Generator`` wherever it draws, and cites its paper.
 """
 
-from .advantages import group_relative_advantages, nan_std
+from .advantages import (
+    entropy_shaped_advantages,
+    group_relative_advantages,
+    nan_std,
+    scale_positive_advantages,
+    w_reinforce_advantages,
+)
 from .collectives import LOCAL, Collectives
 from .diversity import (
     batch_diversity,
@@ -17,7 +23,7 @@ from .diversity import (
     unique_fraction,
 )
 from .kl_control import AdaptiveKLController, DiversityKLController
-from .pass_at_k import annealed_k, pass_at_k_weights
+from .pkpo import annealed_k, pass_at_k_weights
 from .prm import pad_steps, prm_step_advantages
 from .registry import Registry
 from .sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask, r_squared, rank_filter_strategies
@@ -32,6 +38,9 @@ from .token_clip import (
 )
 
 __all__ = [
+    "entropy_shaped_advantages",
+    "scale_positive_advantages",
+    "w_reinforce_advantages",
     "annealed_k",
     "pass_at_k_weights",
     "LOCAL",

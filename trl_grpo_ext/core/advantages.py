@@ -93,3 +93,40 @@ def group_relative_advantages(
         spread = nan_std(rewards, kind=std) if rewards.numel() > 1 else rewards.new_zeros(())
         advantages = advantages / (spread + eps)
     return torch.nan_to_num(advantages.reshape(-1), nan=0.0).to(dtype)
+
+
+def w_reinforce_advantages(rewards: torch.Tensor, *, positive_weight: float, threshold: float) -> torch.Tensor:
+    """Weighted REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning",
+    arXiv 2506.01347, sec. 5): ``lambda * L_PSR + L_NSR`` with rewards of +1 (positive sample, reward > ``threshold``)
+    and -1 (negative sample): advantage ``positive_weight`` (the paper's lambda, 0.1) for a positive sample, -1 for a
+    negative one, 0 for an unscorable one (NaN). No group baseline: negative samples are pushed down, positives up by
+    only lambda, which keeps pass@k at large k in the paper.
+
+    (N,) rewards -> (N,) advantages in the rewards' dtype.
+    """
+    positive = rewards > threshold  # NaN compares False
+    advantages = torch.where(positive, torch.full_like(rewards, positive_weight), -torch.ones_like(rewards))
+    return advantages.masked_fill(torch.isnan(rewards), 0.0)
+
+
+def scale_positive_advantages(advantages: torch.Tensor, *, positive_weight: float) -> torch.Tensor:
+    """W-REINFORCE's weighting on baselined advantages: positive entries times ``positive_weight``, others unchanged
+    (Zhu et al. 2025, arXiv 2506.01347, sec. 5, with the estimator's baseline kept).
+
+    (B,) or (B, T) -> the same shape.
+    """
+    return torch.where(advantages > 0, advantages * positive_weight, advantages)
+
+
+def entropy_shaped_advantages(
+    advantages: torch.Tensor, entropies: torch.Tensor, *, alpha: float, kappa: float
+) -> torch.Tensor:
+    """Entropy-based advantage shaping (Cheng et al. 2025, "Reasoning with Exploration: An Entropy Perspective", arXiv
+    2506.14758): ``A_t + min(alpha * H_t, |A_t| / kappa)`` with the token's entropy H_t detached, so high-entropy
+    (exploratory) tokens are reinforced more without an entropy loss. The bonus is at most ``|A_t| / kappa``: with
+    ``kappa >= 1`` it never flips the sign of a negative advantage, and a token of advantage 0 gets none.
+
+    (B, T) advantages and entropies -> (B, T).
+    """
+    bonus = torch.minimum(alpha * entropies.detach(), advantages.abs() / kappa)  # (B, T)
+    return advantages + bonus

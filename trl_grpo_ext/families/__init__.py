@@ -2,8 +2,9 @@
 
 A family member is an :class:`Extension` subclass registered under the name its config switch takes. The trainer
 builds one member per family from the config and calls the same few hooks on each, in a fixed order (advantage
-estimator, sample filter, token clip, KL control), so any combination runs in one training step. To add a variant,
-subclass :class:`Extension`, register it, and select it by name; the trainer needs no change::
+estimator, advantage weighting, sample filter, token clip, KL control, entropy control), so any combination runs in
+one training step. To add a variant, subclass :class:`Extension`, register it, and select it by name; the trainer
+needs no change::
 
     from trl_grpo_ext.families import TOKEN_CLIPS, Extension
 
@@ -17,9 +18,20 @@ subclass :class:`Extension`, register it, and select it by name; the trainer nee
 
 from __future__ import annotations
 
-from . import advantage, entropy_control, kl_control, observers, prm, sample_filter, token_clip  # noqa: F401  (register the built-ins)
+from . import (  # noqa: F401  (register the built-ins)
+    advantage,
+    advantage_weighting,
+    entropy_advantage,
+    entropy_control,
+    kl_control,
+    observers,
+    prm,
+    sample_filter,
+    token_clip,
+)
 from .base import (
     ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_WEIGHTINGS,
     ENTROPY_CONTROLS,
     FAMILIES,
     KL_CONTROLLERS,
@@ -36,6 +48,7 @@ from .observers import OBSERVERS
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_WEIGHTINGS",
     "ENTROPY_CONTROLS",
     "FAMILIES",
     "KL_CONTROLLERS",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.advantages import group_relative_advantages
-from ..core.pass_at_k import annealed_k, pass_at_k_weights
+from ..core.pkpo import annealed_k, pass_at_k_weights
 from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
 
 
@@ -28,7 +28,7 @@ class OutcomeAdvantage(Extension):
 @ADVANTAGE_ESTIMATORS.register("pass_at_k")
 class PassAtKAdvantage(Extension):
     """PKPO (Walder & Karkhanis 2025, arXiv 2505.15201): each training sample's advantage is ``(n / k) * w_i``, where
-    ``w_i`` are PKPO's weights (:func:`~trl_grpo_ext.core.pass_at_k.pass_at_k_weights`, ``pkpo_estimator``) on the
+    ``w_i`` are PKPO's weights (:func:`~trl_grpo_ext.core.pkpo.pass_at_k_weights`, ``pkpo_estimator``) on the
     group's rewards: their policy gradient is an unbiased estimate of the gradient of pass@k (best reward of k samples
     for continuous rewards). The ``n / k`` makes k = 1 the reward itself. k follows ``pkpo_anneal_fraction``.
     Rewards are gathered, so a group spanning processes is weighted whole; evaluation batches keep TRL's advantages.

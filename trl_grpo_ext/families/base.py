@@ -255,6 +255,9 @@ class Extension:
     Hooks, in the order the trainer calls them:
         ``on_generation(batch)``: after TRL scored a generation batch; returns a :class:`GenerationUpdate` (new
             advantages, rows to keep) or None, which the trainer applies before the next member runs.
+        ``shape_advantages(advantages, ctx)``: inside the loss, once the policy's log-probs and entropies
+            (``ctx.logps``, ``ctx.entropies``) are known: returns the (B,) or (B, T) advantages TRL's loss uses for this
+            micro-batch (the input unchanged by default; the buffered batch is never edited).
         ``modify_logps(logps, ctx)``: inside the loss, on the log-probs TRL's loss is about to use.
         ``extra_loss(ctx)``: a term added to TRL's loss (aggregate it with :meth:`aggregate`).
         ``loss_scale(inputs, mode)``: a factor for this micro-batch's per-sequence loss (the trainer scales the
@@ -278,6 +281,9 @@ class Extension:
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         return None
+
+    def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        return advantages
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return logps
@@ -333,6 +339,7 @@ class Off(Extension):
 
 
 ADVANTAGE_ESTIMATORS: Registry[type[Extension]] = Registry("advantage_estimator")
+ADVANTAGE_WEIGHTINGS: Registry[type[Extension]] = Registry("advantage_weighting")
 TOKEN_CLIPS: Registry[type[Extension]] = Registry("token_clip")
 SAMPLE_FILTERS: Registry[type[Extension]] = Registry("sample_filter")
 KL_CONTROLLERS: Registry[type[Extension]] = Registry("kl_control")
@@ -341,6 +348,7 @@ ENTROPY_CONTROLS: Registry[type[Extension]] = Registry("entropy_control")
 #: config switch -> its family's registry, in the order the trainer runs the members.
 FAMILIES: dict[str, Registry[type[Extension]]] = {
     "advantage_estimator": ADVANTAGE_ESTIMATORS,
+    "advantage_weighting": ADVANTAGE_WEIGHTINGS,
     "sample_filter": SAMPLE_FILTERS,
     "token_clip": TOKEN_CLIPS,
     "kl_control": KL_CONTROLLERS,

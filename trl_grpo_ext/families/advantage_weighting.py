@@ -1,0 +1,57 @@
+"""Advantage weightings (``advantage_weighting``): reweight the estimator's advantages by their sign."""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.advantages import scale_positive_advantages, w_reinforce_advantages
+from .base import ADVANTAGE_WEIGHTINGS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
+
+ADVANTAGE_WEIGHTINGS.register("none")(Off)
+
+
+@ADVANTAGE_WEIGHTINGS.register("w_reinforce")
+class WReinforce(Extension):
+    """W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning", arXiv
+    2506.01347, sec. 5): ``lambda * L_PSR + L_NSR``, positive samples reinforced with a small weight
+    (``w_reinforce_lambda``), negative ones pushed down fully.
+
+    ``w_reinforce_baseline="none"`` (the paper): a sample whose reward exceeds ``w_reinforce_threshold`` gets advantage
+    ``lambda``, any other -1, an unscorable one 0, in place of the group-normalised advantage (so only with
+    ``advantage_estimator="grpo"``). ``"group"``: the estimator's own advantages (any estimator, token-level too) with
+    their positive entries multiplied by ``lambda`` inside the loss. Evaluation batches keep TRL's advantages.
+
+    Logs ``w_reinforce/positive_frac`` (fraction of samples reinforced positively, all processes) and
+    ``w_reinforce/adv_mean`` (mean advantage after weighting).
+    """
+
+    metrics = ("w_reinforce/positive_frac", "w_reinforce/adv_mean")
+    example_config = {"w_reinforce_lambda": 0.1}
+    docs = "w_reinforce.md"
+
+    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+        if batch.mode != "train":
+            return None
+        args = self.args
+        if args.w_reinforce_baseline == "none":
+            advantages = w_reinforce_advantages(
+                batch.rewards, positive_weight=args.w_reinforce_lambda, threshold=args.w_reinforce_threshold
+            )  # (N,)
+            scorable = ~torch.isnan(batch.rewards)
+            positive = (batch.rewards > args.w_reinforce_threshold).float().sum() / scorable.sum().clamp(min=1)
+            self.log_metric("train", "w_reinforce/positive_frac", float(positive))
+            self.log_metric("train", "w_reinforce/adv_mean", float(advantages.mean()))
+            return GenerationUpdate(advantages=advantages.to(batch.rewards.dtype))
+        # "group": the weighting acts in the loss; log what it will do to this batch (rows by their first token)
+        local = batch.output["advantages"]
+        per_row = local if local.dim() == 1 else local[:, 0]  # (B,)
+        rows = self.host.gather(per_row.detach().float())  # (N,)
+        weighted = scale_positive_advantages(rows, positive_weight=args.w_reinforce_lambda)
+        self.log_metric("train", "w_reinforce/positive_frac", float((rows > 0).float().mean()))
+        self.log_metric("train", "w_reinforce/adv_mean", float(weighted.mean()))
+        return None
+
+    def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        if ctx.mode != "train" or self.args.w_reinforce_baseline != "group":
+            return advantages
+        return scale_positive_advantages(advantages, positive_weight=self.args.w_reinforce_lambda)
