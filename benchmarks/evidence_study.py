@@ -5,6 +5,7 @@
     python benchmarks/evidence_study.py --study forks_knobs     # TRL's own knobs vs vanilla on the same task
     python benchmarks/evidence_study.py --study forks_frontier  # vanilla stopped earlier: the trade-off for free
     python benchmarks/evidence_study.py --study forks_pkpo      # pass@k advantages (PKPO) on the same task
+    python benchmarks/evidence_study.py --study forks_explore   # W-REINFORCE and entropy-shaped advantages
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
     python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
@@ -61,6 +62,7 @@ TESTBED_OF = {
     "forks_knobs": "forks",
     "forks_frontier": "forks",
     "forks_pkpo": "forks",
+    "forks_explore": "forks",
     "length_kl": "length_bias",
     "length_other": "length_bias",
 }
@@ -99,6 +101,16 @@ def studies() -> dict[str, dict[str, Arm]]:
         "forks_pkpo": {
             "PKPO k=4": Arm({"advantage_estimator": "pass_at_k", "pkpo_k": 4}, "s^(loo-1) weights, k = 4 of 8"),
             "PKPO k=8": Arm({"advantage_estimator": "pass_at_k", "pkpo_k": 8}, "s^(loo-1) weights, k = 8 of 8"),
+        },
+        # W-REINFORCE and entropy-shaped advantages at their papers' settings (exploratory: issue 28).
+        "forks_explore": {
+            "W-REINFORCE lambda=0.1": Arm(
+                {"advantage_weighting": "w_reinforce", "w_reinforce_lambda": 0.1}, "+0.1 right / -1 wrong, no baseline"
+            ),
+            "entropy-shaped advantages": Arm(
+                {"entropy_control": "entropy_advantage", "entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
+                "A + min(0.4 H, |A| / 2) per token",
+            ),
         },
         "length_kl": {
             "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
