@@ -1,8 +1,12 @@
 """Run under ``torchrun --nproc_per_node 2`` by tests/test_sharded.py: every family on, one engine (ddp / fsdp2 /
-zero3), one AEPO mode; rank 1's rewards are constant, so its groups have no positive advantage and AEPO has nothing to
+zero3), one mode; rank 1's rewards are constant, so its groups have no positive advantage and AEPO has nothing to
 splice (or no term chunk) there by construction. Writes what each rank saw as JSON.
 
-    python -m torch.distributed.run --nproc_per_node 2 tests/sharded_worker.py OUT ENGINE AEPO_MODE [PRM_MODEL]
+Modes: ``splice`` / ``term`` (AEPO's two modes, PRM advantages); ``dynamic``: dynamic sampling with AEPO's splice
+(GRPO advantages, which dynamic sampling needs). There rank 1's batch is flat and the groups it draws have signal, so
+rank 1 generates and splices new groups while rank 0, whose groups have signal, generates as many and splices none.
+
+    python -m torch.distributed.run --nproc_per_node 2 tests/sharded_worker.py OUT ENGINE MODE [PRM_MODEL]
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import engines  # noqa: E402
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit  # noqa: E402
 from trl_grpo_ext.config import AEPO_0_1_0  # noqa: E402
 
+#: Set while dynamic sampling draws and scores new groups (mode "dynamic"): rank 1's rewards are flat only outside.
+REFILLING = False
+
 
 def rank_one_is_flat(completions, answer, **kwargs):
     """Exact match plus the digit fraction on rank 0; a constant on rank 1, whose groups then have advantage 0
     everywhere: AEPO has no candidate there, so rank 1's splice is empty (term mode: no chunk holds its samples)."""
-    if dist.get_rank() == 1:
+    if dist.get_rank() == 1 and not REFILLING:
         return [0.5] * len(completions)
     exact = testkit.exact_match_reward(completions, answer, **kwargs)
     digits = testkit.digit_fraction_reward(completions, **kwargs)
@@ -43,7 +50,13 @@ def main():
     aepo = dict(entropy_control="aepo", aepo_adv_threshold=0.0)
     aepo.update(AEPO_0_1_0 if aepo_mode == "term" else dict(aepo_regenerate_fraction=1.0))
     prm = dict(advantage_estimator="prm", prm_outcome_coef=1.0)
-    if prm_model is not None:
+    # term mode: nonzero_std, which keeps no row of rank 1 (its groups are flat); splice mode: best_worst
+    sample_filter = dict(sample_filter="nonzero_std" if aepo_mode == "term" else "best_worst")
+    if aepo_mode == "dynamic":
+        prm = dict(advantage_estimator="grpo")
+        sample_filter = dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=2)
+        aepo = dict(entropy_control="aepo", aepo_adv_threshold=0.0, aepo_regenerate_fraction=1.0)
+    elif prm_model is not None:
         prm.update(prm_model_name_or_path=prm_model, prm_step_separator="+")
     args = GRPOExtConfig(
         output_dir=os.path.join(out_dir, "run"),
@@ -64,8 +77,7 @@ def main():
         token_clip="kl_cov",
         token_clip_scope="global",
         kl_cov_ratio=0.05,
-        # term mode: nonzero_std, which keeps no row of rank 1 (its groups are flat); splice mode: best_worst
-        sample_filter="nonzero_std" if aepo_mode == "term" else "best_worst",
+        **sample_filter,
         beta=0.04,
         kl_control="adaptive",
         kl_target=0.01,
@@ -87,7 +99,7 @@ def main():
         train_dataset=testkit.arithmetic_dataset(64, seed=0),
         eval_dataset=testkit.arithmetic_dataset(2, seed=9),  # one prompt per process: one greedy row on each
         processing_class=testkit.build_char_tokenizer(),
-        step_reward_funcs=[digit_steps],
+        step_reward_funcs=[digit_steps] if aepo_mode != "dynamic" else None,
     )
     spliced = []
     apply = trainer._apply_splice
@@ -97,6 +109,27 @@ def main():
         apply(batch, splice)
 
     trainer._apply_splice = count_splice
+    refills = []
+    if aepo_mode == "dynamic":
+        member = trainer.extensions["sample_filter"]
+        draw, on_generation = trainer.ext_host.draw_prompts, member.on_generation
+
+        def drawing(count, generator):
+            global REFILLING
+            REFILLING = True
+            return draw(count, generator)
+
+        def refilling(batch):
+            global REFILLING
+            try:
+                update = on_generation(batch)
+            finally:
+                REFILLING = False
+            if batch.mode == "train":
+                refills.append(0 if update.splice is None else len(update.splice.rows))
+            return update
+
+        trainer.ext_host.draw_prompts, member.on_generation = drawing, refilling
     models = {"policy": trainer.model}
     if trainer.ref_model is not None:
         models["ref"] = trainer.ref_model
@@ -114,6 +147,8 @@ def main():
         "aepo_samples": [h.get("aepo/samples_used", 0.0) for h in logs],
         "aepo_chunk_rows": [int(c["loss_mask"].any(dim=1).sum()) for c in getattr(aepo_member, "_chunks", [])],
         "spliced_rows": spliced,
+        "refilled_rows": refills,
+        "rounds": [h.get("dynamic/rounds", 0.0) for h in logs],
         "eval": {k: v for h in evals for k, v in h.items() if k.startswith("eval_pass@k") or k == "eval_loss"},
         "events": None if log is None else log.events,
         "finite": all(math.isfinite(x) for x in [h["loss"] for h in logs]),

@@ -8,6 +8,7 @@ shows the same table (``test_docs_table_matches`` keeps the two in step).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -159,7 +160,8 @@ def record_spliced_masks(trainer):
     def spy(batch, splice):
         apply(batch, splice)
         rows, out = len(splice.rollout.completion_ids), batch.output
-        if rows:
+        # AEPO's splices only (the first rows); dynamic sampling's new groups keep TRL's own masks, truncated rows too
+        if rows and splice.rows is None:
             mask = out["completion_mask"][:rows]
             trainer.spliced_masks.append((mask * out.get("tool_mask", torch.ones_like(mask))[:rows], mask))
 
@@ -265,6 +267,51 @@ def acted_filter(trainer, logs):
     return all(v < 1.0 for v in _values(logs, "filter/kept_frac")) and _values(logs, "filter/kept_frac")
 
 
+#: True while dynamic sampling draws and scores new groups (the dynamic_sampling column's rewards vary only then).
+_REFILLING = {"on": False}
+
+
+def _flat_outside_refills(funcs: list) -> list:
+    """The row's Python rewards, 0.0 for every completion TRL generated itself: every group of every batch has no
+    signal, so dynamic sampling refills in every cell (its own groups get the row's rewards). A reward model (a path)
+    is left as it is."""
+
+    def flatten(func):
+        @functools.wraps(func)
+        def reward(prompts, completions, **kwargs):
+            scores = func(prompts=prompts, completions=completions, **kwargs)
+            return scores if _REFILLING["on"] else [0.0] * len(scores)
+
+        return reward
+
+    return [flatten(f) if callable(f) else f for f in funcs]
+
+
+def _watch_refills(trainer) -> None:
+    member = trainer.extensions["sample_filter"]
+    draw, on_generation = trainer.ext_host.draw_prompts, member.on_generation
+
+    def drawing(count, generator):
+        _REFILLING["on"] = True
+        return draw(count, generator)
+
+    def refilling(batch):
+        try:
+            return on_generation(batch)
+        finally:
+            _REFILLING["on"] = False
+
+    trainer.ext_host.draw_prompts, member.on_generation = drawing, refilling
+
+
+def acted_dynamic_sampling(trainer, logs):
+    refilled, after = _values(logs, "dynamic/refilled_groups"), _values(logs, "dynamic/signal_frac_after")
+    if not refilled or not all(0.0 <= v <= 1.0 for v in after):
+        return False
+    # TRL's groups are all flat: new groups were put in (a reward model's groups vary: nothing to refill)
+    return sum(refilled) > 0 or any(isinstance(f, torch.nn.Module) for f in trainer.reward_funcs)
+
+
 def acted_beta(trainer, logs):
     # beta moved (the controller's update after the last step or generation batch counts too)
     return len({*_values(logs, "kl/beta"), trainer.beta}) > 1
@@ -302,6 +349,8 @@ class Column:
     config: dict[str, Any]
     acted: tuple[Callable[[Any, list[dict]], Any], ...]
     trainer: Callable[[Env], dict[str, Any]] = lambda env: {}
+    rewards: Callable[[list], list] = lambda funcs: funcs  # applied to the row's reward functions
+    setup: Callable[[Any], None] = lambda trainer: None
 
 
 MONITOR = dict(diversity_metrics=["distinct", "repetition", "entropy"])
@@ -314,6 +363,12 @@ COLUMNS: dict[str, Column] = {
     ),
     "kl_cov": Column(dict(token_clip="kl_cov", kl_cov_ratio=0.05, num_iterations=2), (acted_kl_cov,)),
     "best_of_n": Column(dict(sample_filter="best_of_n"), (acted_filter,)),
+    "dynamic_sampling": Column(
+        dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=1),
+        (acted_dynamic_sampling,),
+        rewards=_flat_outside_refills,
+        setup=_watch_refills,
+    ),
     "adaptive_kl": Column(dict(kl_control="adaptive", beta=0.04, kl_target=0.01, kl_horizon=100), (acted_beta,)),
     "diversity_kl": Column(dict(kl_control="diversity", beta=0.04, kl_horizon=100), (acted_beta,)),
     # A whole batch regenerated (not the reference's quarter) so that two tiny steps surely find samples to train.
@@ -361,6 +416,10 @@ REFUSED: dict[tuple[str, str], str] = {
         "entropy_control='aepo' cannot run with environment_factory"
     ),
     ("environment_factory (scripted tool call)", "all"): "entropy_control='aepo' cannot run with environment_factory",
+    ("environment_factory (scripted tool call)", "dynamic_sampling"): (
+        "sample_filter='dynamic_sampling' cannot run with environment_factory"
+    ),
+    ("multi_objective_aggregation=normalize_then_sum", "dynamic_sampling"): "normalises the new groups' summed rewards",
 }
 
 CELLS = [(row, column) for row in ROWS for column in COLUMNS]
@@ -377,13 +436,14 @@ def _build(env, tmp_path, row: Row, column: Column):
         kwargs["eval_dataset"] = env.eval_dataset
     trainer = GRPOExtTrainer(
         model=env.long_model_path if row.long_context else env.model_path,
-        reward_funcs=row.rewards(env),
+        reward_funcs=column.rewards(row.rewards(env)),
         args=GRPOExtConfig(**config),
         train_dataset=dataset,
         processing_class=tokenizer,
         **kwargs,
     )
     row.setup(trainer)
+    column.setup(trainer)
     record_spliced_masks(trainer)
     return trainer
 

@@ -64,7 +64,7 @@ def _builtin(switch: str) -> set[str]:
     registry = FAMILIES[switch]
     names = set()
     for name in registry.names():
-        strategy = switch == "sample_filter" and name != "none"
+        strategy = switch == "sample_filter" and name in SAMPLE_FILTER_STRATEGIES.names()  # a core strategy's member
         owner = SAMPLE_FILTER_STRATEGIES.get(name) if strategy else registry.get(name)
         if owner.__module__.startswith("trl_grpo_ext."):
             names.add(name)

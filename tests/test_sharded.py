@@ -1,13 +1,14 @@
 """Every family on, under the engines users scale with: FSDP2 and DeepSpeed ZeRO-3 with the parameters really split
 across 2 gloo processes on the CPU (tests/engines.py says what it patches in accelerate to get there), in both AEPO
-modes, against the DDP run of the same seed.
+modes and with dynamic sampling, against the DDP run of the same seed.
 
 Rank 1's rewards are flat by construction (tests/sharded_worker.py): AEPO finds nothing to splice there (splice mode)
-or no sample for its chunk (term mode), and ``nonzero_std`` keeps none of its rows (term mode). Under FSDP2 / ZeRO-3
-every forward is a collective, so a process that skips one crashes the run (gloo) or deadlocks it; each run is bounded
-by ``ddp_timeout=60`` inside and a subprocess timeout outside, so a mismatch fails in about a minute, never at the CI
-limit. The DDP run also logs every collective and forward of both processes: the two logs must be equal, which checks
-the rule on every change without a sharded engine.
+or no sample for its chunk (term mode), and ``nonzero_std`` keeps none of its rows (term mode); in mode ``dynamic``,
+dynamic sampling refills rank 1's groups with new ones while rank 0 generates as many and splices none. Under FSDP2 /
+ZeRO-3 every forward is a collective, so a process that skips one crashes the run (gloo) or deadlocks it; each run is
+bounded by ``ddp_timeout=60`` inside and a subprocess timeout outside, so a mismatch fails in about a minute, never at
+the CI limit. The DDP run also logs every collective and forward of both processes: the two logs must be equal, which
+checks the rule on every change without a sharded engine.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from conftest import free_port
 from trl_grpo_ext import testkit
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
-MODES = ("splice", "term")
+MODES = ("splice", "term", "dynamic")
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +74,9 @@ def test_every_process_runs_the_same_forwards_and_collectives(ddp, mode):
     assert any(e.startswith("forward:") for e in rank0["events"]) and "all_gather" in rank0["events"]
     if mode == "splice":
         assert sum(rank0["spliced_rows"]) > 0 and sum(rank1["spliced_rows"]) == 0  # rank 1's splice empty every time
+    elif mode == "dynamic":  # rank 1 refills its flat groups, rank 0 generates as many rounds and refills nothing
+        assert sum(rank1["refilled_rows"]) > 0 and sum(rank0["refilled_rows"]) == 0
+        assert rank0["rounds"] == rank1["rounds"] and max(rank0["rounds"]) >= 1
     else:
         assert sum(rank0["aepo_chunk_rows"]) > 0 and sum(rank1["aepo_chunk_rows"]) == 0
 
@@ -87,6 +91,7 @@ def _check_matches(runs: list[dict], reference: list[dict], engine_name: str, *,
         assert got["aepo_state"] == pytest.approx(want["aepo_state"], rel=rel)
         assert got["aepo_samples"] == want["aepo_samples"]
         assert got["spliced_rows"] == want["spliced_rows"] and got["aepo_chunk_rows"] == want["aepo_chunk_rows"]
+        assert got["refilled_rows"] == want["refilled_rows"] and got["rounds"] == want["rounds"]
         assert got["eval"] == pytest.approx(want["eval"], rel=rel, abs=1e-6)
     assert runs[0]["betas"] == runs[1]["betas"]  # every rank holds the same beta
 
@@ -104,7 +109,7 @@ def test_zero3_matches_ddp(workdir, ddp, deepspeed_ops, mode):
     _check_matches(_run(workdir, "zero3", mode, str(workdir / "prm")), ddp[mode], "DEEPSPEED", rel=1e-5)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES[:2])  # no collective in a ZeRO-2 forward: the AEPO modes suffice
 def test_zero2_matches_ddp(workdir, ddp, deepspeed_ops, mode):
     """DeepSpeed ZeRO-2 (optimizer state and gradients partitioned, parameters whole: no collective in a forward)."""
     runs = _run(workdir, "zero2", mode, str(workdir / "prm"))

@@ -17,7 +17,7 @@ them into chunks of its own (:func:`rollout_tensors`). Generation and scoring go
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -60,21 +60,41 @@ class Rollout:
 
 @dataclass
 class Splice:
-    """Samples generated outside TRL's batch that take the place of this process's first rows (AEPO as its authors run
-    it: the reinforced samples replace the first rows of the training batch, which keeps its size).
+    """Samples generated outside TRL's batch that take the place of some of this process's rows: its first rows by
+    default (AEPO as its authors run it: the reinforced samples replace the first rows of the training batch, which
+    keeps its size), or the ``rows`` given (dynamic sampling: the rows of groups without signal).
 
     Applied by :func:`apply_splice` after every member's ``on_generation`` ran (so the others see TRL's own samples):
-    rows ``0 .. len(rollout) - 1`` of this process get the rollout's tokens, ``advantage`` on every token, keep flag
-    True, TRL's old / reference / vLLM sampling log-probs and importance-sampling ratio recomputed for them, and
-    ``num_items_in_batch`` recounted (a collective: every process returns a splice, possibly empty).
+    the target rows get the rollout's tokens, their advantage on every token, keep flag True, TRL's old / reference /
+    vLLM sampling log-probs and importance-sampling ratio recomputed for them, and ``num_items_in_batch`` recounted (a
+    collective: every process returns a splice, possibly empty).
 
     Attributes:
         rollout: this process's samples, at most its row count.
-        advantage: the advantage every spliced token gets (the reference: 1).
+        advantage: the advantage every spliced token gets (the reference: 1), unless ``advantages`` is given.
+        rows: the row of this process's batch each sample replaces (None: ``0 .. len(rollout) - 1``).
+        advantages: (len(rollout),) one advantage per sample, in place of ``advantage``.
+        copies: (source, target) pairs of this process's rows: the target row becomes a copy of the source row
+            (every per-row entry: tokens, masks, advantages, log-probs, keep flag), before the samples are written
+            (dynamic sampling's "replace": duplicate a group with signal into a group without).
     """
 
     rollout: Rollout
     advantage: float = 1.0
+    rows: list[int] | None = None
+    advantages: torch.Tensor | None = None
+    copies: list[tuple[int, int]] = field(default_factory=list)
+
+    def __post_init__(self):
+        n = len(self.rollout.completion_ids)
+        if self.rows is not None and (len(self.rows) != n or len(set(self.rows)) != n):
+            raise ValueError(f"a splice of {n} samples needs {n} distinct target rows, got {self.rows}")
+        targets = set(range(n) if self.rows is None else self.rows)
+        copied_to = [dst for _, dst in self.copies]
+        if len(set(copied_to)) != len(copied_to) or targets & set(copied_to):
+            raise ValueError(f"a splice copies rows onto {copied_to}, which must be distinct and not among {targets}")
+        if self.advantages is not None and tuple(self.advantages.shape) != (n,):
+            raise ValueError(f"a splice of {n} samples needs ({n},) advantages, got {tuple(self.advantages.shape)}")
 
 
 #: Keys of TRL 1.16's generation output for multimodal batches: a splice cannot rebuild them for new rows.
@@ -160,7 +180,8 @@ def rollout_tensors(rollout: Rollout, host: Host) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def apply_splice(out: dict[str, Any], splice: Splice, host: Host, *, keep_key: str) -> None:
-    """Put ``splice.rollout`` in place of this process's first rows of TRL's generation output ``out`` (in place).
+    """Put ``splice.rollout`` in place of this process's first rows (or ``splice.rows``) of TRL's generation output
+    ``out`` (in place).
 
     The new rows are padded as TRL pads (:func:`rollout_tensors`); their old log-probs (when TRL keeps them), reference
     log-probs (when ``beta != 0``) and vLLM importance-sampling ratio are computed with TRL's own methods through the
@@ -175,8 +196,18 @@ def apply_splice(out: dict[str, Any], splice: Splice, host: Host, *, keep_key: s
             "GRPOExtConfig.entropy_control='none' for image inputs."
         )
     rows = len(splice.rollout.completion_ids)
-    if rows > out["completion_ids"].size(0):
-        raise RuntimeError(f"a splice of {rows} rows into a batch of {out['completion_ids'].size(0)}")
+    batch_rows = out["completion_ids"].size(0)
+    targets = list(range(rows)) if splice.rows is None else list(splice.rows)
+    if rows > batch_rows or any(not 0 <= r < batch_rows for r in targets):
+        raise RuntimeError(f"a splice of {rows} rows at {targets} into a batch of {batch_rows}")
+    device = out["completion_ids"].device
+    if splice.copies:
+        src = torch.tensor([a for a, _ in splice.copies], dtype=torch.long, device=device)
+        dst = torch.tensor([b for _, b in splice.copies], dtype=torch.long, device=device)
+        for value in out.values():  # every per-row entry of TRL's batch
+            if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == batch_rows:
+                value[dst] = value[src]
+    idx = torch.tensor(targets, dtype=torch.long, device=device)  # (rows,)
     pad_id = host.pad_token_id
     new = None
     if rows:
@@ -185,48 +216,53 @@ def apply_splice(out: dict[str, Any], splice: Splice, host: Host, *, keep_key: s
         t_width = max(out["completion_ids"].size(1), new["completion_ids"].size(1))
         for key, value in (("prompt_ids", pad_id), ("prompt_mask", 0)):
             out[key] = widen(out[key], p_width, value, left=True)
-            out[key][:rows] = widen(new[key], p_width, value, left=True)
+            out[key][idx] = widen(new[key], p_width, value, left=True)
         for key, value in TOKEN_LEVEL_PADS.items():  # every (B, T) entry of TRL's batch, to the wider width
             if key in out:
                 out[key] = widen(out[key], t_width, pad_id if value is None else value)
-        out["completion_ids"][:rows] = widen(new["completion_ids"], t_width, pad_id)
-        out["completion_mask"][:rows] = widen(new["completion_mask"], t_width, 0)
+        out["completion_ids"][idx] = widen(new["completion_ids"], t_width, pad_id)
+        out["completion_mask"][idx] = widen(new["completion_mask"], t_width, 0)
         if "tool_mask" in out or "tool_mask" in new:
             if "tool_mask" not in out:
                 out["tool_mask"] = torch.ones_like(out["completion_mask"])
             tool = new.get("tool_mask", torch.ones_like(new["completion_mask"]))
-            out["tool_mask"][:rows] = widen(tool, t_width, 1)
+            out["tool_mask"][idx] = widen(tool, t_width, 1)
         advantages = out["advantages"]
+        per_row = (
+            torch.full((rows,), float(splice.advantage), dtype=advantages.dtype, device=advantages.device)
+            if splice.advantages is None
+            else splice.advantages.to(device=advantages.device, dtype=advantages.dtype)
+        )  # (rows,)
         if advantages.dim() == 2:
             advantages = widen(advantages, t_width, 0.0)
-            advantages[:rows] = float(splice.advantage) * out["completion_mask"][:rows].to(advantages.dtype)
+            advantages[idx] = per_row.unsqueeze(1) * out["completion_mask"][idx].to(advantages.dtype)
         else:
-            advantages[:rows] = float(splice.advantage)
+            advantages[idx] = per_row
         out["advantages"] = advantages
         if keep_key in out:
-            out[keep_key][:rows] = True
+            out[keep_key][idx] = True
     # Forwards are collectives under FSDP / ZeRO-3 (parameters are gathered layer by layer): every process runs the
     # same ones whatever its splice holds, a process with nothing to splice on one of its own rows, result unused.
-    n = max(rows, 1)
-    chunk = {key: out[key][:n] for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    forward_idx = idx if rows else torch.zeros(1, dtype=torch.long, device=device)
+    chunk = {key: out[key][forward_idx] for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
     if "old_per_token_logps" in out:  # TRL keeps them when the batch is reused off-policy (or for vLLM IS)
-        out["old_per_token_logps"][:rows] = host.policy_logps(chunk)[0][:rows]
+        out["old_per_token_logps"][idx] = host.policy_logps(chunk)[0][:rows]
     if "ref_per_token_logps" in out:
-        out["ref_per_token_logps"][:rows] = host.reference_logps(chunk)[:rows]
+        out["ref_per_token_logps"][idx] = host.reference_logps(chunk)[:rows]
     width = out["completion_ids"].size(1)
     if rows and "sampling_per_token_logps" in out:
         sampling = new.get("sampling_logps")
         if sampling is None:
             sampling = torch.full_like(new["completion_mask"], math.nan, dtype=torch.float32)
-        out["sampling_per_token_logps"][:rows] = widen(sampling, width, 0.0).to(out["sampling_per_token_logps"].dtype)
+        out["sampling_per_token_logps"][idx] = widen(sampling, width, 0.0).to(out["sampling_per_token_logps"].dtype)
     if rows and "importance_sampling_ratio" in out:
         ratio = out["importance_sampling_ratio"]
         if ratio.size(1) > 1:
             ratio = widen(ratio, width, 1.0)
-        mask = out["completion_mask"][:rows] * out.get("tool_mask", out["completion_mask"])[:rows]
-        ratio[:rows] = host.vllm_is_ratio(
-            out["old_per_token_logps"][:rows],
-            out["sampling_per_token_logps"][:rows],
+        mask = out["completion_mask"][idx] * out.get("tool_mask", out["completion_mask"])[idx]
+        ratio[idx] = host.vllm_is_ratio(
+            out["old_per_token_logps"][idx],
+            out["sampling_per_token_logps"][idx],
             mask.to(out["old_per_token_logps"].dtype),
         ).to(ratio.dtype)
         out["importance_sampling_ratio"] = ratio

@@ -302,6 +302,19 @@ class TrainerHost:
             trainer.state.num_input_tokens_seen = saved_tokens
         return Rollout(prompt_ids, completion_ids, tool_mask, completions, logprobs)
 
+    def draw_prompts(self, count: int, generator: torch.Generator) -> list[dict[str, Any]]:
+        dataset = self._trainer.train_dataset
+        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise ValueError(
+                f"train_dataset ({type(dataset).__name__}) cannot be drawn from at random: drawing new prompts "
+                "(sample_filter='dynamic_sampling') needs a map-style dataset. Fix: pass a datasets.Dataset (not an "
+                "IterableDataset), or use sample_filter='nonzero_std'."
+            )
+        if len(dataset) == 0:
+            raise ValueError("train_dataset is empty: there are no prompts to draw. Fix: pass a non-empty dataset.")
+        picks = torch.randint(len(dataset), (count,), generator=generator, device=generator.device).tolist()
+        return [dataset[i] for i in picks]
+
     def score(self, inputs, prompts, completions, completion_ids) -> torch.Tensor:
         trainer = self._trainer
         rewards_per_func = trainer._calculate_rewards(inputs, prompts, completions, completion_ids)
@@ -540,13 +553,15 @@ class GRPOExtTrainer(GRPOTrainer):
                 "step_reward_funcs are used only with advantage_estimator='prm'; set GRPOExtConfig.advantage_estimator"
                 "='prm' or drop step_reward_funcs."
             )
-        if args.entropy_control == "aepo" and kwargs.get("environment_factory") is not None:
-            raise ValueError(
-                "entropy_control='aepo' cannot run with environment_factory: AEPO regenerates every prompt of a batch "
-                "after TRL has already reset and stepped this batch's environment instances, so its rollouts would "
-                "act on (and be rewarded from) those stepped instances. Fix: use AEPO with tools= or a rollout_func "
-                "(their env_mask is honoured), or set GRPOExtConfig.entropy_control='none'."
-            )
+        regenerating = {"entropy_control": "aepo", "sample_filter": "dynamic_sampling"}
+        for switch, member in regenerating.items():
+            if getattr(args, switch) == member and kwargs.get("environment_factory") is not None:
+                raise ValueError(
+                    f"{switch}={member!r} cannot run with environment_factory: it generates prompts again after TRL "
+                    "has already reset and stepped this batch's environment instances, so its rollouts would act on "
+                    "(and be rewarded from) those stepped instances. Fix: use it with tools= or a rollout_func (their "
+                    f"env_mask is honoured), or set GRPOExtConfig.{switch}='none'."
+                )
         if callable(step_reward_funcs):
             step_reward_funcs = [step_reward_funcs]
         pool = sys.modules.get("trl_grpo_ext.rewards.pool")  # timeouts before this trainer are not its own

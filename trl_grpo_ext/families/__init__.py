@@ -21,6 +21,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (register the built-ins)
     advantage,
     advantage_weighting,
+    dynamic_sampling,
     entropy_advantage,
     entropy_control,
     kl_control,

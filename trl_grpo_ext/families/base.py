@@ -103,6 +103,10 @@ class Host(Protocol):
         """Generate the prompts again through TRL's ``_generate`` at another sampling temperature, leaving TRL's
         completion metrics and token counters as they were."""
 
+    def draw_prompts(self, count: int, generator: torch.Generator) -> list[dict[str, Any]]:
+        """``count`` rows of the training dataset drawn uniformly (with replacement) by ``generator``; ``ValueError``
+        naming the fix where the dataset cannot be indexed (an ``IterableDataset``) or is empty."""
+
     def score(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
         """(N,) weighted reward sum of all processes' rows (NaN where unscorable), by TRL's reward functions."""
 

@@ -1,0 +1,191 @@
+"""sample_filter='dynamic_sampling' in the trainer: groups without signal replaced by new groups with signal (their
+tokens, TRL's group-normalised advantages, masks, old log-probs), "replace" duplicating the batch's own groups, "filter"
+masking what no round refilled, the dataset checked at construction, and tiny training runs alone and with the other
+families. The 2-process, sharded-engine runs are in tests/test_sharded.py (mode "dynamic")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import last_logs
+
+from trl_grpo_ext import testkit
+from trl_grpo_ext.core.advantages import group_relative_advantages
+
+
+def has_signal(prompt: str) -> bool:
+    """The prompts whose groups get varied rewards: digit sums not divisible by 3 (about two thirds of the dataset)."""
+    return sum(int(ch) for ch in prompt if ch.isdigit()) % 3 != 0
+
+
+def flat_or_length(prompts, completions, **kwargs):
+    """1.0 for every completion of a prompt without signal; the completion's length for the others."""
+    return [float(len(c)) if has_signal(p) else 1.0 for p, c in zip(prompts, completions, strict=True)]
+
+
+def only_prompt(target: str):
+    """A reward with signal for ``target``'s groups only (every drawn prompt is flat, bar a 1-in-256 draw)."""
+
+    def reward(prompts, completions, **kwargs):
+        return [float(len(c)) if p == target else 1.0 for p, c in zip(prompts, completions, strict=True)]
+
+    return reward
+
+
+def batch_of(dataset, flat_first: bool = True, group: int = 4):
+    """Two prompt groups: one flat, one with signal (in that order when ``flat_first``)."""
+    flat = next(r for r in dataset if not has_signal(r["prompt"]))
+    signal = next(r for r in dataset if has_signal(r["prompt"]))
+    pair = (flat, signal) if flat_first else (signal, flat)
+    return [row for row in pair for _ in range(group)]
+
+
+def generate(trainer, rows):
+    trainer.model.train(True)
+    trainer.current_gradient_accumulation_steps = 1
+    splices = []
+    apply = trainer._apply_splice
+
+    def watch(batch, splice):
+        splices.append(splice)
+        apply(batch, splice)
+
+    trainer._apply_splice = watch
+    return trainer._generate_and_score_completions(rows), splices
+
+
+def metric(trainer, name):
+    return trainer._metrics["train"][name][-1]
+
+
+def test_refill_puts_a_new_group_with_signal_in_place_of_the_flat_one(make_trainer, train_dataset):
+    trainer = make_trainer(
+        sample_filter="dynamic_sampling",
+        dynamic_sampling_max_rounds=5,
+        reward_funcs=[flat_or_length],
+        max_completion_length=8,
+        beta=0.04,
+    )
+    out, splices = generate(trainer, batch_of(train_dataset))
+    (splice,) = splices
+    assert splice.rows == [0, 1, 2, 3] and not splice.copies
+    new = splice.rollout
+    prompts = trainer.processing_class.batch_decode(new.prompt_ids)
+    assert len(set(prompts)) == 1 and has_signal(prompts[0])  # one new group, from a prompt with signal
+    rewards = torch.tensor(flat_or_length(prompts, new.completions))
+    assert rewards.std() > 0
+    torch.testing.assert_close(out["advantages"][:4], group_relative_advantages(rewards, 4))  # TRL's formula
+    for i, ids in enumerate(new.completion_ids):  # the new tokens, TRL's padding
+        width = len(ids)
+        assert out["completion_ids"][i, :width].tolist() == list(ids)
+        assert out["completion_mask"][i, :width].all() and not out["completion_mask"][i, width:].any()
+    # the reference log-probs of the new rows are recomputed (beta > 0), the kept group keeps its own
+    ref = trainer._get_per_token_logps_and_entropies(
+        trainer.ref_model if trainer.ref_model is not None else trainer.model,
+        torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
+        torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1),
+        out["completion_ids"].size(1),
+    )[0]
+    mask = out["completion_mask"].bool()
+    torch.testing.assert_close(out["ref_per_token_logps"][mask], ref[mask], rtol=1e-4, atol=1e-5)
+    assert out["tool_mask"].bool().all()  # every row trains
+    assert metric(trainer, "dynamic/signal_frac_before") == 0.5 and metric(trainer, "dynamic/signal_frac_after") == 1.0
+    assert metric(trainer, "dynamic/refilled_groups") == 1.0 and metric(trainer, "dynamic/rounds") >= 1
+    assert metric(trainer, "filter/kept_frac") == 1.0 and metric(trainer, "dynamic/extra_gen_time") > 0
+
+
+def test_no_flat_group_no_round_no_splice(make_trainer, train_dataset):
+    trainer = make_trainer(sample_filter="dynamic_sampling", reward_funcs=[flat_or_length], max_completion_length=8)
+    signal = [r for r in train_dataset if has_signal(r["prompt"])][:2]
+    out, splices = generate(trainer, [r for r in signal for _ in range(4)])
+    assert splices == [] and metric(trainer, "dynamic/rounds") == 0
+    assert metric(trainer, "dynamic/refilled_groups") == 0 and metric(trainer, "filter/kept_frac") == 1.0
+
+
+@pytest.mark.parametrize("fill", ["filter", "replace"])
+def test_what_no_round_refilled(make_trainer, train_dataset, fill):
+    rows = batch_of(train_dataset, flat_first=False)  # group 0 has signal, group 1 is flat
+    trainer = make_trainer(
+        sample_filter="dynamic_sampling",
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_fill=fill,
+        reward_funcs=[only_prompt(rows[0]["prompt"])],
+        max_completion_length=8,
+    )
+    out, splices = generate(trainer, rows)
+    assert metric(trainer, "dynamic/rounds") == 1 and metric(trainer, "dynamic/refilled_groups") == 0
+    if fill == "filter":  # DAPO: masked, as nonzero_std masks it
+        assert splices == []
+        assert out["tool_mask"][:4].bool().all() and not out["tool_mask"][4:].any()
+        assert metric(trainer, "filter/kept_frac") == 0.5 and metric(trainer, "dynamic/signal_frac_after") == 0.5
+    else:  # Polaris: group 1 becomes a copy of group 0, advantages and tokens included
+        (splice,) = splices
+        assert splice.copies == [(k, 4 + k) for k in range(4)]
+        for key in ("completion_ids", "completion_mask", "prompt_ids", "advantages"):
+            torch.testing.assert_close(out[key][4:], out[key][:4])
+        assert out["tool_mask"].bool().all() and metric(trainer, "dynamic/duplicated_groups") == 1.0
+        assert metric(trainer, "dynamic/signal_frac_after") == 1.0
+
+
+def test_zero_rounds_is_nonzero_std(make_trainer, train_dataset):
+    rows = batch_of(train_dataset)
+    outs = {}
+    for name, extra in (("dynamic", dict(dynamic_sampling_max_rounds=0)), ("nonzero_std", {})):
+        trainer = make_trainer(
+            sample_filter="dynamic_sampling" if name == "dynamic" else "nonzero_std",
+            reward_funcs=[flat_or_length],
+            max_completion_length=8,
+            **extra,
+        )
+        outs[name] = generate(trainer, rows)[0]
+    torch.testing.assert_close(outs["dynamic"]["tool_mask"], outs["nonzero_std"]["tool_mask"])
+    assert not outs["dynamic"]["tool_mask"][:4].any()
+
+
+def test_a_dataset_it_cannot_draw_from_is_refused_at_construction(tiny_model_path, tokenizer, train_dataset, tmp_path):
+    from conftest import TINY_ARGS
+
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+
+    args = GRPOExtConfig(**{**TINY_ARGS, "output_dir": str(tmp_path)}, sample_filter="dynamic_sampling")
+    with pytest.raises(ValueError, match="train_dataset .*IterableDataset.* map-style dataset"):
+        GRPOExtTrainer(
+            model=tiny_model_path,
+            reward_funcs=[flat_or_length],
+            args=args,
+            train_dataset=train_dataset.to_iterable_dataset(),
+            processing_class=tokenizer,
+        )
+
+
+def test_trains_alone_and_with_the_other_families(make_trainer):
+    for extra in (
+        {},
+        dict(
+            dynamic_sampling_fill="replace",
+            token_clip="kl_cov",
+            kl_control="adaptive",
+            beta=0.04,
+            entropy_control="aepo",
+            aepo_regenerate_fraction=0.5,
+            num_iterations=2,
+            loss_type="grpo",
+            diversity_metrics=["distinct", "entropy"],
+        ),
+    ):
+        trainer = make_trainer(
+            sample_filter="dynamic_sampling",
+            dynamic_sampling_max_rounds=2,
+            reward_funcs=[flat_or_length, testkit.exact_match_reward],
+            max_completion_length=6,
+            max_steps=3,
+            **extra,
+        )
+        trainer.train()
+        logs = last_logs(trainer)
+        generation = [h for h in logs if "dynamic/rounds" in h]
+        assert generation and all(math.isfinite(h["loss"]) for h in logs)
+        assert all(0.0 <= h["dynamic/signal_frac_after"] <= 1.0 for h in generation)
+        assert all(h["dynamic/signal_frac_after"] >= h["dynamic/signal_frac_before"] for h in generation)

@@ -1,0 +1,159 @@
+"""``sample_filter: dynamic_sampling``: refill the groups without signal with new ones (DAPO / Polaris)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from ..core.advantages import group_relative_advantages
+from ..core.sample_filter import pf_keep_mask
+from ..rollouts import Rollout, Splice
+from .base import SAMPLE_FILTERS, GenerationBatch, GenerationUpdate
+from .sample_filter import PolicyFilter
+
+logger = logging.getLogger(__name__)
+
+
+def _concat(rollouts: list[Rollout]) -> Rollout:
+    """One rollout of the rows of ``rollouts``, in order."""
+
+    def join(name):
+        parts = [getattr(r, name) for r in rollouts]
+        return None if any(p is None for p in parts) else [row for part in parts for row in part]
+
+    return Rollout(*(join(name) for name in ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs")))
+
+
+@SAMPLE_FILTERS.register("dynamic_sampling")
+class DynamicSampling(PolicyFilter):
+    """Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476, sec. 3.2) with refill.
+
+    A prompt group whose scorable rewards are all equal has advantage 0 on every sample: no policy gradient. After
+    TRL scored a training generation batch, each process counts its groups without signal, draws that many new
+    prompts from ``train_dataset`` (uniformly, a generator seeded per process and step), generates and scores a group
+    for each through TRL's own ``_generate`` and reward functions (the rollout mechanism AEPO's regeneration uses,
+    :mod:`trl_grpo_ext.rollouts`), and puts the new groups that have signal in place of those without, with their own
+    group-normalised advantages (TRL's formula, ``scale_rewards`` and ``advantage_std`` as configured, over the new
+    groups). It repeats until no process has a group without signal or ``dynamic_sampling_max_rounds`` rounds ran.
+
+    Every process runs the same number of generation rounds with the same number of prompts (the largest need of any
+    process; a process needing fewer keeps the extra groups unused): generation and the log-prob forwards are
+    collectives under FSDP / ZeRO-3. The batch keeps its shape everywhere.
+
+    Groups still without signal after the last round: ``dynamic_sampling_fill="filter"`` (DAPO) masks them out of the
+    loss, as ``sample_filter="nonzero_std"`` does (the loss is over the kept rows, ``pf_rescale``);
+    ``"replace"`` (Polaris) fills them with copies of this process's groups with signal (the batch's own or new ones),
+    and masks them only where the process has none.
+
+    Logs ``dynamic/rounds`` (generation rounds this batch), ``dynamic/signal_frac_before`` and
+    ``dynamic/signal_frac_after`` (fraction of groups with signal, all processes), ``dynamic/refilled_groups`` (new
+    groups put in), ``dynamic/duplicated_groups`` (copies, ``"replace"``), ``dynamic/extra_gen_time`` (seconds of the
+    extra generation and scoring on this process), and the filter's ``filter/*`` metrics.
+    """
+
+    metrics = (
+        "dynamic/rounds",
+        "dynamic/signal_frac_before",
+        "dynamic/signal_frac_after",
+        "dynamic/refilled_groups",
+        "dynamic/duplicated_groups",
+        "dynamic/extra_gen_time",
+        "filter/kept_frac",
+    )
+    example_config = {"dynamic_sampling_max_rounds": 2}
+    docs = "dynamic_sampling.md"
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.strategy = "nonzero_std"  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
+        if self.args.dynamic_sampling_max_rounds:
+            host.draw_prompts(0, torch.Generator())  # refuses, naming the fix, a dataset it cannot draw from
+
+    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+        if batch.mode != "train":
+            return super().on_generation(batch)  # evaluation: nonzero_std's rule, only with pf_filter_eval
+        args, host = self.args, self.host
+        group = batch.group_size
+        local_rows = len(batch.prompts)
+        if local_rows % group:
+            raise ValueError(
+                f"sample_filter='dynamic_sampling' refills whole prompt groups, but this process holds {local_rows} "
+                f"rows of groups of {group}. Fix: make per_device_train_batch_size x steps_per_generation a multiple "
+                "of num_generations."
+            )
+        start = time.perf_counter()
+        device = batch.rewards.device
+        rank = batch.process_slice.start // local_rows
+        local_groups = local_rows // group
+        signal = self._signal(batch.rewards, group)  # (P,) every process's groups
+        empty = (~signal[rank * local_groups : (rank + 1) * local_groups]).nonzero().flatten().tolist()  # own groups
+        found: list[tuple[Rollout, torch.Tensor]] = []  # new groups with signal: (rollout of G rows, (G,) rewards)
+        generator = host.generator("dynamic_sampling", per_rank=True, device="cpu")
+        rounds = 0
+        for _ in range(args.dynamic_sampling_max_rounds):
+            # every process generates as many groups as the neediest one (generation and scoring are collectives)
+            count = int(host.gather(torch.tensor([float(len(empty) - len(found))], device=device)).max())
+            if count <= 0:
+                break
+            rounds += 1
+            rows = [row for row in host.draw_prompts(count, generator) for _ in range(group)]
+            prompts = [row["prompt"] for row in rows]
+            rollout = host.regenerate(prompts, temperature=args.temperature)
+            rewards = host.score(rows, prompts, rollout.completions, rollout.completion_ids)  # (processes x count x G,)
+            width = count * group
+            own = rewards[rank * width : (rank + 1) * width].view(count, group)  # (count, G)
+            for j, has_signal in enumerate(self._signal(own.reshape(-1), group).tolist()):
+                if has_signal and len(found) < len(empty):
+                    found.append((rollout.select(list(range(j * group, (j + 1) * group))), own[j]))
+        refill = empty[: len(found)]  # the groups the new ones replace
+        remaining = empty[len(found) :]  # still without signal
+        copies: list[tuple[int, int]] = []
+        if args.dynamic_sampling_fill == "replace" and remaining:
+            # Copies are written before the new samples, so only the batch's own groups with signal are sources.
+            sources = [g for g in range(local_groups) if g not in empty]
+            for i, target in enumerate(remaining if sources else []):
+                copies += [(sources[i % len(sources)] * group + k, target * group + k) for k in range(group)]
+            remaining = remaining if not sources else []
+        keep = torch.ones(local_rows, dtype=torch.bool, device=device)  # (B,)
+        for g in remaining:
+            keep[g * group : (g + 1) * group] = False
+        all_keep = host.gather(keep)  # (N,)
+        counts = torch.tensor([[float(len(refill)), float(len(copies) // group), float(len(remaining))]], device=device)
+        refilled, duplicated, unfilled = host.gather(counts).sum(0).tolist()
+        splice = None
+        if refilled or duplicated:  # the same decision on every process: each runs the splice's forwards
+            advantages = group_relative_advantages(
+                torch.cat([r for _, r in found]).float() if found else torch.zeros(0, device=device),
+                group,
+                std=args.advantage_std,
+                scale=host.scale_rewards,
+            )  # (len(found) x G,)
+            splice = Splice(
+                _concat([r for r, _ in found]) if found else Rollout([], [], None, [], None),
+                rows=[g * group + k for g in refill for k in range(group)],
+                advantages=advantages,
+                copies=copies,
+            )
+        groups = signal.numel()
+        self.log_metric("train", "dynamic/rounds", rounds)
+        self.log_metric("train", "dynamic/signal_frac_before", float(signal.float().mean()))
+        self.log_metric("train", "dynamic/signal_frac_after", 1.0 - unfilled / max(groups, 1))
+        self.log_metric("train", "dynamic/refilled_groups", refilled)
+        self.log_metric("train", "dynamic/duplicated_groups", duplicated)
+        self.log_metric("train", "dynamic/extra_gen_time", time.perf_counter() - start)
+        self.log_metric("train", "filter/kept_frac", float(all_keep.float().mean()))
+        if not all_keep.any():
+            logger.warning(
+                "sample_filter='dynamic_sampling': no group of this generation batch has signal after %d round(s) "
+                "(step %d): it trains with zero loss. Raise dynamic_sampling_max_rounds or num_generations.",
+                rounds,
+                host.global_step,
+            )
+        return GenerationUpdate(keep=all_keep, splice=splice)
+
+    @staticmethod
+    def _signal(rewards: torch.Tensor, group: int) -> torch.Tensor:
+        """(P,) whether each group's scorable rewards differ (nonzero_std's rule), from (N,) rewards."""
+        return pf_keep_mask(rewards, group, strategy="nonzero_std").view(-1, group)[:, 0]
