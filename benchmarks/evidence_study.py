@@ -423,16 +423,19 @@ HEADLINE = {
 }
 
 
-def verdict_rows(out: Path, split: str, warm_starts, seeds) -> list[str]:
+def verdict_rows(out: Path, split: str, warm_starts, seeds, baseline: str = "vanilla") -> list[str]:
     """One row per (study arm, headline metric) over every study with saved runs: the verdict table of
-    docs/results.md (``--verdicts``)."""
+    docs/results.md (``--verdicts``). ``baseline``: the arm every other is paired with (``--against``: vanilla, or
+    a knob such as "fixed beta 0.04", where its runs exist on the same warm starts and seeds)."""
     from trl_grpo_ext.stats import cluster_bootstrap, paired_differences, verdict
 
-    rows = ["| tool | metric | setting | arm - vanilla [95% interval] | verdict |", "|---|---|---|---|---|"]
+    rows = [f"| tool | metric | setting | arm - {baseline} [95% interval] | verdict |", "|---|---|---|---|---|"]
     for study, arms in studies().items():
         testbed = TESTBED_OF[study]
-        vanilla = collect(out, split, "vanilla", warm_starts, seeds, testbed)
+        vanilla = collect(out, split, baseline, warm_starts, seeds, testbed)
         for name in arms:
+            if name == baseline:
+                continue
             runs = collect(out, split, name, warm_starts, seeds, testbed)
             for key, label, scale, form in HEADLINE[testbed]:
                 diffs = paired_differences(
@@ -536,10 +539,11 @@ def main(argv=None) -> None:
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/trl_grpo_ext"), help="warm starts, per testbed")
     parser.add_argument("--report", action="store_true", help="print the table from the saved runs, train nothing")
     parser.add_argument("--verdicts", action="store_true", help="print the verdict table of every study, train nothing")
+    parser.add_argument("--against", default="vanilla", help="--verdicts: the arm others are paired with (a knob)")
     args = parser.parse_args(argv)
     out, warm_starts, seeds = Path(args.out), parse_list(args.warm_starts), parse_list(args.seeds)
     if args.verdicts:
-        print("\n".join(verdict_rows(out, args.split, warm_starts, seeds)))
+        print("\n".join(verdict_rows(out, args.split, warm_starts, seeds, baseline=args.against)))
         return
     if args.study is None:
         parser.error("--study is required (or --verdicts)")
