@@ -6,6 +6,7 @@
     python benchmarks/evidence_study.py --study forks_frontier  # vanilla stopped earlier: the trade-off for free
     python benchmarks/evidence_study.py --study forks_pkpo      # pass@k advantages (PKPO) on the same task
     python benchmarks/evidence_study.py --study forks_explore   # W-REINFORCE and entropy-shaped advantages
+    python benchmarks/evidence_study.py --study forks_dynamic   # dynamic sampling (DAPO's refill)
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
     python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
@@ -63,6 +64,7 @@ TESTBED_OF = {
     "forks_frontier": "forks",
     "forks_pkpo": "forks",
     "forks_explore": "forks",
+    "forks_dynamic": "forks",
     "length_kl": "length_bias",
     "length_other": "length_bias",
 }
@@ -110,6 +112,14 @@ def studies() -> dict[str, dict[str, Arm]]:
             "entropy-shaped advantages": Arm(
                 {"entropy_control": "entropy_advantage", "entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
                 "A + min(0.4 H, |A| / 2) per token",
+            ),
+        },
+        # Dynamic sampling (DAPO): late in training most groups are all right, so refilling them keeps the batch's
+        # signal (exploratory: issue 28); its cost is each run's time against vanilla's.
+        "forks_dynamic": {
+            "dynamic sampling": Arm(
+                {"sample_filter": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
+                "groups without signal refilled, up to 3 rounds",
             ),
         },
         "length_kl": {
@@ -404,6 +414,17 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
                 f"[{form.format(interval.low)}, {form.format(interval.high)}] | {verdict(interval)} | "
                 f"{interval.runs} ({interval.warm_starts}) |"
             )
+    costs = []
+    for name, runs in runs_by_arm.items():
+        ratios = [runs[k]["seconds"] / vanilla[k]["seconds"] for k in runs if k in vanilla and name != "vanilla"]
+        if ratios:
+            costs.append(f"{name} {statistics.median(ratios):.2f}x")
+    if costs:
+        lines += [
+            "",
+            "Wall time of a run (training and evaluation), arm / vanilla, median of paired runs (two runs at a "
+            "time on 2 cores, so a few percent is noise): " + ", ".join(costs),
+        ]
     if testbed == "length_bias":
         lines += ["", f"Collapse alarm ({', '.join(f'{k}={v}' for k, v in ALARM.items())}):", *alarm_lines(runs_by_arm)]
     return "\n".join(lines)

@@ -160,32 +160,69 @@ def test_a_dataset_it_cannot_draw_from_is_refused_at_construction(tiny_model_pat
         )
 
 
-def test_trains_alone_and_with_the_other_families(make_trainer):
-    for extra in (
+def test_refilled_groups_get_the_configured_estimators_advantages(make_trainer, train_dataset):
+    """PKPO: the new group's advantages are its pass@k weights at the run's k (times n / k), as TRL's own groups'."""
+    from trl_grpo_ext.core.pkpo import pass_at_k_weights
+
+    trainer = make_trainer(
+        sample_filter="dynamic_sampling",
+        dynamic_sampling_max_rounds=5,
+        advantage_estimator="pass_at_k",
+        pkpo_k=2,
+        reward_funcs=[flat_or_length],
+        max_completion_length=8,
+    )
+    out, (splice,) = generate(trainer, batch_of(train_dataset))
+    prompts = trainer.processing_class.batch_decode(splice.rollout.prompt_ids)
+    rewards = torch.tensor(flat_or_length(prompts, splice.rollout.completions))
+    expected = (pass_at_k_weights(rewards, 4, 2) * (4 / 2)).float()
+    torch.testing.assert_close(out["advantages"][:4], expected)
+    torch.testing.assert_close(splice.advantages, expected)
+
+
+@pytest.mark.parametrize(
+    "others",
+    [
         {},
-        dict(
+        dict(  # the other exploration methods, a token clip, the KL controller, "replace", off-policy reuse
             dynamic_sampling_fill="replace",
+            advantage_estimator="pass_at_k",
+            pkpo_k=2,
+            advantage_weighting="w_reinforce",
+            w_reinforce_baseline="group",
+            entropy_control="entropy_advantage",
             token_clip="kl_cov",
+            kl_control="adaptive",
+            beta=0.04,
+            num_iterations=2,
+            diversity_metrics=["distinct", "entropy"],
+        ),
+        dict(  # AEPO's splice after the refill's, Clip-Cov, GRPO advantages
+            token_clip="clip_cov",
             kl_control="adaptive",
             beta=0.04,
             entropy_control="aepo",
             aepo_regenerate_fraction=0.5,
-            num_iterations=2,
             loss_type="grpo",
-            diversity_metrics=["distinct", "entropy"],
         ),
-    ):
-        trainer = make_trainer(
-            sample_filter="dynamic_sampling",
-            dynamic_sampling_max_rounds=2,
-            reward_funcs=[flat_or_length, testkit.exact_match_reward],
-            max_completion_length=6,
-            max_steps=3,
-            **extra,
-        )
-        trainer.train()
-        logs = last_logs(trainer)
-        generation = [h for h in logs if "dynamic/rounds" in h]
-        assert generation and all(math.isfinite(h["loss"]) for h in logs)
-        assert all(0.0 <= h["dynamic/signal_frac_after"] <= 1.0 for h in generation)
-        assert all(h["dynamic/signal_frac_after"] >= h["dynamic/signal_frac_before"] for h in generation)
+    ],
+    ids=["alone", "with_pkpo_w_reinforce_entropy_adv_kl_cov_adaptive_kl", "with_aepo_clip_cov"],
+)
+def test_trains_alone_and_with_the_other_families(make_trainer, others):
+    trainer = make_trainer(
+        sample_filter="dynamic_sampling",
+        dynamic_sampling_max_rounds=2,
+        reward_funcs=[flat_or_length, testkit.exact_match_reward],
+        max_completion_length=6,
+        max_steps=3,
+        **others,
+    )
+    trainer.train()
+    logs = last_logs(trainer)
+    generation = [h for h in logs if "dynamic/rounds" in h]
+    assert generation and all(math.isfinite(h["loss"]) for h in logs)
+    assert all(0.0 <= h["dynamic/signal_frac_after"] <= 1.0 for h in generation)
+    assert all(h["dynamic/signal_frac_after"] >= h["dynamic/signal_frac_before"] for h in generation)
+    assert sum(h["dynamic/refilled_groups"] + h["dynamic/duplicated_groups"] for h in generation) > 0
+    for member in trainer.extensions.values():  # every other member acted too: its metrics are logged
+        assert all(any(key in h for h in logs) for key in member.metrics if not key.startswith("filter/")), member

@@ -506,15 +506,22 @@ class SampleFilterConfig(ConfigSection):
             _fail("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, "must be >= 0", "e.g. 3")
         if self.sample_filter != "dynamic_sampling":
             return
-        if self.advantage_estimator != "grpo" or self.advantage_weighting != "none":
-            field_name = "advantage_estimator" if self.advantage_estimator != "grpo" else "advantage_weighting"
+        if self.advantage_estimator == "prm":
             _fail(
-                field_name,
-                getattr(self, field_name),
-                "sample_filter='dynamic_sampling' gives the new groups TRL's group-normalised advantages, so they "
-                "would not get this estimator's or weighting's advantages that the batch's other groups get",
-                f"set {field_name}={'grpo' if field_name == 'advantage_estimator' else 'none'!r}, or use "
-                "sample_filter='nonzero_std' (masks the groups without signal, no refill)",
+                "advantage_estimator",
+                self.advantage_estimator,
+                "sample_filter='dynamic_sampling' gives the new groups advantages from their outcome rewards, and PRM "
+                "advantages need step rewards",
+                "use advantage_estimator='grpo' or 'pass_at_k', or sample_filter='nonzero_std' (masks the groups "
+                "without signal, no refill)",
+            )
+        if self.advantage_weighting == "w_reinforce" and self.w_reinforce_baseline == "none":
+            _fail(
+                "w_reinforce_baseline",
+                self.w_reinforce_baseline,
+                "without a baseline W-REINFORCE gives every group a gradient (+lambda / -1 per sample), so no group "
+                "lacks signal and sample_filter='dynamic_sampling' has nothing to refill",
+                "set w_reinforce_baseline='group', or sample_filter='none'",
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
             _fail(

@@ -320,6 +320,16 @@ class TrainerHost:
         rewards_per_func = trainer._calculate_rewards(inputs, prompts, completions, completion_ids)
         return combined_rewards(rewards_per_func, trainer.reward_weights)
 
+    def group_advantages(self, rewards, group_size) -> torch.Tensor:
+        estimator = self._trainer.extensions["advantage_estimator"]
+        advantages = estimator.group_advantages(rewards, group_size)
+        if advantages is None:
+            raise ValueError(
+                f"advantage_estimator={self.args.advantage_estimator!r} cannot give advantages to groups scored "
+                "outside TRL's batch from their rewards alone"
+            )
+        return advantages
+
     def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
         """As TRL 1.16's ``_calculate_rewards`` builds them (``trl_compat.reward_kwargs``), plus ``completion_ids``."""
         return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}

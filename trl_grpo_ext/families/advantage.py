@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ..core.advantages import group_relative_advantages
 from ..core.pkpo import annealed_k, pass_at_k_weights
 from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
@@ -19,10 +21,11 @@ class OutcomeAdvantage(Extension):
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if self.args.advantage_std == "sample":
             return None
-        advantages = group_relative_advantages(
-            batch.rewards, batch.group_size, std=self.args.advantage_std, scale=self.host.scale_rewards
-        )
-        return GenerationUpdate(advantages=advantages)
+        return GenerationUpdate(advantages=self.group_advantages(batch.rewards, batch.group_size))
+
+    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        args, scale = self.args, self.host.scale_rewards
+        return group_relative_advantages(rewards, group_size, std=args.advantage_std, scale=scale)
 
 
 @ADVANTAGE_ESTIMATORS.register("pass_at_k")
@@ -41,11 +44,17 @@ class PassAtKAdvantage(Extension):
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode != "train":
             return None
-        args, host = self.args, self.host
-        progress = host.global_step / max(host.max_steps, 1)
-        k = annealed_k(min(args.pkpo_k, batch.group_size), progress=progress, anneal_fraction=args.pkpo_anneal_fraction)
-        weights = pass_at_k_weights(batch.rewards, batch.group_size, k, estimator=args.pkpo_estimator)
-        advantages = (weights * (batch.group_size / k)).to(batch.rewards.dtype)
-        self.log_metric("train", "pkpo/k", k)
+        advantages = self.group_advantages(batch.rewards, batch.group_size)
+        self.log_metric("train", "pkpo/k", self._k(batch.group_size))
         self.log_metric("train", "pkpo/adv_abs_mean", float(advantages.abs().mean()))
         return GenerationUpdate(advantages=advantages)
+
+    def _k(self, group_size: int) -> int:
+        args = self.args
+        progress = self.host.global_step / max(self.host.max_steps, 1)
+        return annealed_k(min(args.pkpo_k, group_size), progress=progress, anneal_fraction=args.pkpo_anneal_fraction)
+
+    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        k = self._k(group_size)
+        weights = pass_at_k_weights(rewards, group_size, k, estimator=self.args.pkpo_estimator)  # (n,)
+        return (weights * (group_size / k)).to(rewards.dtype)

@@ -110,6 +110,10 @@ class Host(Protocol):
     def score(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
         """(N,) weighted reward sum of all processes' rows (NaN where unscorable), by TRL's reward functions."""
 
+    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        """(n,) advantages the configured ``advantage_estimator`` gives whole groups scored outside TRL's batch, from
+        their (n,) rewards (dynamic sampling's new groups)."""
+
     def reward_kwargs(self, inputs: list[dict], completion_ids: list) -> dict[str, Any]:
         """The keyword arguments TRL passes to reward functions for these rows (dataset columns, trainer_state,
         log_extra, log_metric, environments, completion_ids)."""
@@ -259,6 +263,8 @@ class Extension:
     Hooks, in the order the trainer calls them:
         ``on_generation(batch)``: after TRL scored a generation batch; returns a :class:`GenerationUpdate` (new
             advantages, rows to keep) or None, which the trainer applies before the next member runs.
+        ``group_advantages(rewards, group_size)``: advantage estimators only: the (n,) advantages of whole groups
+            scored outside TRL's batch (dynamic sampling's new groups), or None where rewards are not enough (PRM).
         ``shape_advantages(advantages, ctx)``: inside the loss, once the policy's log-probs and entropies
             (``ctx.logps``, ``ctx.entropies``) are known: returns the (B,) or (B, T) advantages TRL's loss uses for this
             micro-batch (the input unchanged by default; the buffered batch is never edited).
@@ -284,6 +290,9 @@ class Extension:
         self.args = host.args
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+        return None
+
+    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor | None:
         return None
 
     def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:

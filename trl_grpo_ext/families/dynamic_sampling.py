@@ -7,7 +7,6 @@ import time
 
 import torch
 
-from ..core.advantages import group_relative_advantages
 from ..core.sample_filter import pf_keep_mask
 from ..rollouts import Rollout, Splice
 from .base import SAMPLE_FILTERS, GenerationBatch, GenerationUpdate
@@ -34,9 +33,10 @@ class DynamicSampling(PolicyFilter):
     TRL scored a training generation batch, each process counts its groups without signal, draws that many new
     prompts from ``train_dataset`` (uniformly, a generator seeded per process and step), generates and scores a group
     for each through TRL's own ``_generate`` and reward functions (the rollout mechanism AEPO's regeneration uses,
-    :mod:`trl_grpo_ext.rollouts`), and puts the new groups that have signal in place of those without, with their own
-    group-normalised advantages (TRL's formula, ``scale_rewards`` and ``advantage_std`` as configured, over the new
-    groups). It repeats until no process has a group without signal or ``dynamic_sampling_max_rounds`` rounds ran.
+    :mod:`trl_grpo_ext.rollouts`), and puts the new groups that have signal in place of those without, with the
+    advantages the configured estimator gives them (``Host.group_advantages``: GRPO's group-normalised ones with
+    ``scale_rewards`` and ``advantage_std`` as configured, over the new groups; PKPO's weights). It repeats until no
+    process has a group without signal or ``dynamic_sampling_max_rounds`` rounds ran.
 
     Every process runs the same number of generation rounds with the same number of prompts (the largest need of any
     process; a process needing fewer keeps the extra groups unused): generation and the log-prob forwards are
@@ -124,12 +124,8 @@ class DynamicSampling(PolicyFilter):
         refilled, duplicated, unfilled = host.gather(counts).sum(0).tolist()
         splice = None
         if refilled or duplicated:  # the same decision on every process: each runs the splice's forwards
-            advantages = group_relative_advantages(
-                torch.cat([r for _, r in found]).float() if found else torch.zeros(0, device=device),
-                group,
-                std=args.advantage_std,
-                scale=host.scale_rewards,
-            )  # (len(found) x G,)
+            new_rewards = torch.cat([r for _, r in found]).float() if found else torch.zeros(0, device=device)
+            advantages = host.group_advantages(new_rewards, group)  # (len(found) x G,) the configured estimator's
             splice = Splice(
                 _concat([r for r, _ in found]) if found else Rollout([], [], None, [], None),
                 rows=[g * group + k for g in refill for k in range(group)],
