@@ -322,10 +322,24 @@ METRICS = {
         ("greedy_gold", "gold, greedy (points)", 100.0, "{:+.1f}"),
         ("gold", "gold, sampled (points)", 100.0, "{:+.1f}"),
         ("proxy", "proxy reward", 1.0, "{:+.3f}"),
-        ("gap", "proxy - gold", 1.0, "{:+.3f}"),
-        ("repetition", "repetition (3-grams)", 1.0, "{:+.3f}"),
+        ("gap", "proxy - gold (less is better)", 1.0, "{:+.3f}"),
+        ("repetition", "repetition, 3-grams (less is better)", 1.0, "{:+.3f}"),
     ),
 }
+
+
+#: Metrics where less is better (the verdict's words swap), and metrics that get no verdict (the training reward).
+LOWER_IS_BETTER = {"gap", "repetition"}
+NO_VERDICT = {"proxy"}
+
+
+def judged(interval, key: str) -> str:
+    """The verdict of ``interval`` for metric ``key`` (see :data:`LOWER_IS_BETTER`, :data:`NO_VERDICT`)."""
+    from trl_grpo_ext.stats import verdict
+
+    if key in NO_VERDICT:
+        return "(the training reward: no verdict)"
+    return verdict(interval, higher_is_better=key not in LOWER_IS_BETTER)
 
 
 def metric(run: dict, name: str) -> float:
@@ -365,7 +379,7 @@ def alarm_lines(runs_by_arm: dict[str, dict]) -> list[str]:
 
 
 def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
-    from trl_grpo_ext.stats import cluster_bootstrap, paired_differences, verdict
+    from trl_grpo_ext.stats import cluster_bootstrap, paired_differences
 
     testbed = TESTBED_OF[study]
     arms = studies()[study]
@@ -411,7 +425,7 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
             lines.append(
                 f"| {name} | {label} | {statistics.mean(mine[k] for k in keys):.2f} | "
                 f"{statistics.mean(theirs[k] for k in keys):.2f} | {form.format(interval.mean)} "
-                f"[{form.format(interval.low)}, {form.format(interval.high)}] | {verdict(interval)} | "
+                f"[{form.format(interval.low)}, {form.format(interval.high)}] | {judged(interval, key)} | "
                 f"{interval.runs} ({interval.warm_starts}) |"
             )
     costs = []
@@ -439,7 +453,7 @@ HEADLINE = {
     ],
     "length_bias": [
         ("greedy_gold", "gold accuracy at the end, greedy (points)", 100.0, "{:+.1f}"),
-        ("gap", "proxy - gold gap", 1.0, "{:+.3f}"),
+        ("gap", "proxy - gold gap (less is better)", 1.0, "{:+.3f}"),
     ],
 }
 
@@ -448,7 +462,7 @@ def verdict_rows(out: Path, split: str, warm_starts, seeds, baseline: str = "van
     """One row per (study arm, headline metric) over every study with saved runs: the verdict table of
     docs/results.md (``--verdicts``). ``baseline``: the arm every other is paired with (``--against``: vanilla, or
     a knob such as "fixed beta 0.04", where its runs exist on the same warm starts and seeds)."""
-    from trl_grpo_ext.stats import cluster_bootstrap, paired_differences, verdict
+    from trl_grpo_ext.stats import cluster_bootstrap, paired_differences
 
     rows = [f"| tool | metric | setting | arm - {baseline} [95% interval] | verdict |", "|---|---|---|---|---|"]
     for study, arms in studies().items():
@@ -469,7 +483,7 @@ def verdict_rows(out: Path, split: str, warm_starts, seeds, baseline: str = "van
                 setting = f"{testbed}, {split}, {interval.runs} runs / {interval.warm_starts} warm starts"
                 rows.append(
                     f"| {name} | {label} | {setting} | {form.format(interval.mean)} [{form.format(interval.low)}, "
-                    f"{form.format(interval.high)}] | {verdict(interval)} |"
+                    f"{form.format(interval.high)}] | {judged(interval, key)} |"
                 )
     return rows
 

@@ -66,6 +66,10 @@ def test_verdicts():
     assert verdict(Interval(0.3, -0.5, 1.1, warm_starts=6, runs=12)) == "no effect shown"
     assert verdict(Interval(1.0, 0.2, 1.8, warm_starts=3, runs=9)) == "helps (exploratory)"
     assert verdict(Interval(1.0, 0.2, 1.8, warm_starts=6, runs=6)) == "helps (exploratory)"  # one seed each
+    # a metric where less is better (a proxy-gold gap): a negative difference helps
+    assert verdict(Interval(-1.0, -1.8, -0.2, warm_starts=6, runs=12), higher_is_better=False) == "helps"
+    assert verdict(Interval(1.0, 0.2, 1.8, warm_starts=6, runs=12), higher_is_better=False) == "hurts"
+    assert verdict(Interval(0.3, -0.5, 1.1, warm_starts=6, runs=12), higher_is_better=False) == "no effect shown"
 
 
 def test_paired_differences():

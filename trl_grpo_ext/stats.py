@@ -89,13 +89,21 @@ def cluster_bootstrap(
     return Interval(point, low, high, warm_starts=n, runs=int(sizes.sum()))
 
 
-def verdict(interval: Interval, *, min_warm_starts: int = MIN_WARM_STARTS, min_seeds: int = MIN_GRPO_SEEDS) -> str:
+def verdict(
+    interval: Interval,
+    *,
+    min_warm_starts: int = MIN_WARM_STARTS,
+    min_seeds: int = MIN_GRPO_SEEDS,
+    higher_is_better: bool = True,
+) -> str:
     """ "helps" / "hurts" / "no effect shown" from the interval alone, with "(exploratory)" when the study has fewer
-    than ``min_warm_starts`` warm starts or fewer than ``min_seeds`` runs per warm start on average."""
+    than ``min_warm_starts`` warm starts or fewer than ``min_seeds`` runs per warm start on average.
+    ``higher_is_better=False`` for a metric where less is better (a proxy-gold gap, repetition)."""
+    better, worse = ("helps", "hurts") if higher_is_better else ("hurts", "helps")
     if interval.low > 0:
-        word = "helps"
+        word = better
     elif interval.high < 0:
-        word = "hurts"
+        word = worse
     else:
         word = "no effect shown"
     if interval.warm_starts < min_warm_starts or interval.runs < min_seeds * interval.warm_starts:

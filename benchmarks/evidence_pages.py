@@ -1,0 +1,94 @@
+"""Write the evidence part of docs/results.md from the saved runs (no training): the verdict table, the table against
+TRL's own knobs, and one section per study with its command, its time, its report and its plot.
+
+    python benchmarks/evidence_pages.py            # rewrites the block between the evidence markers of docs/results.md
+    python benchmarks/evidence_pages.py --print    # prints it instead
+
+Everything in the block is printed by ``benchmarks/evidence_study.py`` (``--verdicts``, ``--verdicts --against``,
+``--study S --report``) from ``docs/images/evidence/runs``; the plots are redrawn. The prose around the block is
+written by hand and says what the numbers mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import evidence_study as ev  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results.md"
+BEGIN, END = "<!-- evidence -->", "<!-- /evidence -->"
+#: The knobs a user already has, each tool is also paired with (EVIDENCE.md's baselines).
+KNOBS = ("fixed beta 0.04", "temperature 1.0")
+
+
+def study_minutes(out: Path, study: str, warm_starts, seeds) -> tuple[float, int]:
+    """(minutes on 2 workers, runs) of a study's own arms from the runs' recorded seconds (vanilla is shared)."""
+    testbed = ev.TESTBED_OF[study]
+    seconds = [
+        run["seconds"]
+        for name in ev.studies()[study]
+        for run in ev.collect(out, "test", name, warm_starts, seeds, testbed).values()
+    ]
+    return sum(seconds) / 60 / 2, len(seconds)
+
+
+def block(out: Path, warm_starts, seeds) -> str:
+    lines = [BEGIN, "", "### Every verdict (test prompts, paired with vanilla)", ""]
+    lines += ev.verdict_rows(out, "test", warm_starts, seeds)
+    arms = sum(len(a) for a in ev.studies().values())
+    lines += [
+        "",
+        f'{arms} arms x 2 or 3 headline metrics in this table: read a lone "helps" or "hurts" whose interval '
+        "nearly touches 0 as exploratory until a second study on new warm starts confirms it.",
+    ]
+    for knob in KNOBS:
+        table = ev.verdict_rows(out, "test", warm_starts, seeds, baseline=knob)
+        rows = table[:2] + [r for r in table[2:] if "| forks," in r]
+        if len(rows) > 2:
+            lines += ["", f"### Against a knob a user already has: {knob} (forks, test)", "", *rows]
+    for study in ev.studies():
+        testbed = ev.TESTBED_OF[study]
+        if not ev.collect(out, "test", next(iter(ev.studies()[study])), warm_starts, seeds, testbed):
+            continue
+        minutes, runs = study_minutes(out, study, warm_starts, seeds)
+        ev.plot(out, study, "test", warm_starts, seeds)
+        lines += [
+            "",
+            f"### `{study}`",
+            "",
+            f"`python benchmarks/evidence_study.py --study {study}`: {runs} runs of its own arms, about "
+            f"{minutes:.0f} minutes on 2 cores (plus the 12 vanilla runs every study shares, about 13 minutes, "
+            "and the 6 warm starts, about 2 minutes each, once).",
+            "",
+            ev.report(out, study, "test", warm_starts, seeds),
+            "",
+            f"![{study}](images/evidence/{study}.png)",
+        ]
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--print", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "evidence"))
+    args = parser.parse_args(argv)
+    text = block(Path(args.out), ev.parse_list("0-5"), ev.parse_list("0,1"))
+    if args.print:
+        print(text)
+        return
+    page = RESULTS.read_text()
+    if BEGIN not in page or END not in page:
+        raise SystemExit(f"{RESULTS} has no {BEGIN} ... {END} block to rewrite")
+    start, end = page.index(BEGIN), page.index(END) + len(END)
+    RESULTS.write_text(page[:start] + text + page[end:])
+    print(f"rewrote the evidence block of {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
