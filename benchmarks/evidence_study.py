@@ -357,24 +357,47 @@ def summary(runs: list[dict], testbed: str = "forks") -> str:
     )
 
 
+def collapse_step(gold: list) -> int | None:
+    """The first checkpoint after the gold peak where held-out gold is under half the peak (None: it never fell so)."""
+    peak_at = max(range(len(gold)), key=lambda i: gold[i][1])
+    peak = gold[peak_at][1]
+    return next((step for step, value in gold[peak_at:] if value < peak / 2), None)
+
+
+def when(lead: float) -> str:
+    """A signed lead in steps as words: 30 -> "30 steps before", -12 -> "12 steps after"."""
+    return f"{lead:.0f} steps before" if lead >= 0 else f"{-lead:.0f} steps after"
+
+
 def alarm_lines(runs_by_arm: dict[str, dict]) -> list[str]:
-    """The collapse alarm on the length-biased testbed: per arm, the runs where it fired, and its lead over the gold
-    peak (the checkpoint of highest held-out gold; positive: the alarm came first)."""
+    """The collapse alarm on the length-biased testbed: per arm, the runs where it fired, its lead over the gold
+    peak (the checkpoint of highest held-out gold) and over the collapse (gold under half its peak); positive: the
+    alarm came first. Held-out gold is measured every 25 steps, so leads are within 25 steps."""
     lines = []
     for name, runs in runs_by_arm.items():
         if not runs:
             continue
-        fired, leads = 0, []
+        fired, peak_leads, collapse_leads, collapsed = 0, [], [], 0
         for run in runs.values():
             gold = run.get("curves", {}).get("gold") or []
+            fall = collapse_step(gold) if gold else None
+            collapsed += fall is not None
             if not run.get("alarm_steps"):
                 continue
             fired += 1
             if gold:
-                peak = max(gold, key=lambda point: point[1])[0]
-                leads.append(peak - run["alarm_steps"][0])
-        lead = f", lead over the gold peak {statistics.median(leads):+.0f} steps (median)" if leads else ""
-        lines.append(f"- {name}: the alarm fired in {fired} of {len(runs)} runs{lead}")
+                peak_leads.append(max(gold, key=lambda point: point[1])[0] - run["alarm_steps"][0])
+            if fall is not None:
+                collapse_leads.append(fall - run["alarm_steps"][0])
+        text = f"- {name}: gold fell under half its peak in {collapsed} of {len(runs)} runs; the alarm fired in {fired}"
+        if peak_leads:
+            text += f", {when(statistics.median(peak_leads))} the gold peak (median)"
+        if collapse_leads:
+            text += (
+                f", {when(statistics.median(collapse_leads))} the collapse (median over the {len(collapse_leads)} "
+                f"runs with both; leads from {min(collapse_leads):+d} to {max(collapse_leads):+d} steps)"
+            )
+        lines.append(text)
     return lines
 
 
