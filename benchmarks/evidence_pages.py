@@ -22,8 +22,13 @@ import evidence_study as ev  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- evidence -->", "<!-- /evidence -->"
-#: The knobs a user already has, each tool is also paired with (EVIDENCE.md's baselines).
-KNOBS = ("fixed beta 0.04", "temperature 1.0")
+#: Baselines besides vanilla, each with the studies whose arms are paired with it (None: every forks arm): the knobs a
+#: user already has (EVIDENCE.md), and the tools already here for the exploration methods of issue 28.
+AGAINST = {
+    "fixed beta 0.04": None,
+    "temperature 1.0": None,
+    "default tools": ("forks_pkpo", "forks_explore", "forks_dynamic"),
+}
 
 
 def study_minutes(out: Path, study: str, warm_starts, seeds) -> tuple[float, int]:
@@ -46,24 +51,30 @@ def block(out: Path, warm_starts, seeds) -> str:
         f'{arms} arms x 2 or 3 headline metrics in this table: read a lone "helps" or "hurts" whose interval '
         "nearly touches 0 as exploratory until a second study on new warm starts confirms it.",
     ]
-    for knob in KNOBS:
-        table = ev.verdict_rows(out, "test", warm_starts, seeds, baseline=knob)
-        rows = table[:2] + [r for r in table[2:] if "| forks," in r]
+    for baseline, only in AGAINST.items():
+        table = ev.verdict_rows(out, "test", warm_starts, seeds, baseline=baseline)
+        names = None if only is None else {name for study in only for name in ev.studies().get(study, {})}
+        rows = table[:2] + [
+            r for r in table[2:] if "| forks," in r and (names is None or r.split(" | ")[0].lstrip("| ") in names)
+        ]
+        what = "a knob a user already has" if only is None else "the tools already here"
         if len(rows) > 2:
-            lines += ["", f"### Against a knob a user already has: {knob} (forks, test)", "", *rows]
+            lines += ["", f"### Against {what}: {baseline} (forks, test)", "", *rows]
     for study in ev.studies():
         testbed = ev.TESTBED_OF[study]
         if not ev.collect(out, "test", next(iter(ev.studies()[study])), warm_starts, seeds, testbed):
             continue
         minutes, runs = study_minutes(out, study, warm_starts, seeds)
+        vanilla = ev.collect(out, "test", "vanilla", warm_starts, seeds, testbed).values()
+        vanilla_minutes = sum(run["seconds"] for run in vanilla) / 60 / 2
         ev.plot(out, study, "test", warm_starts, seeds)
         lines += [
             "",
             f"### `{study}`",
             "",
             f"`python benchmarks/evidence_study.py --study {study}`: {runs} runs of its own arms, about "
-            f"{minutes:.0f} minutes on 2 cores (plus the 12 vanilla runs every study shares, about 13 minutes, "
-            "and the 6 warm starts, about 2 minutes each, once).",
+            f"{minutes:.0f} minutes on 2 cores, plus the {len(vanilla)} vanilla runs it shares with every study on "
+            f"{testbed} (about {vanilla_minutes:.0f} minutes) and the warm starts (built once, cached).",
             "",
             ev.report(out, study, "test", warm_starts, seeds),
             "",
