@@ -9,6 +9,7 @@
     python benchmarks/evidence_study.py --study forks_dynamic   # dynamic sampling (DAPO's refill)
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
     python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
+    python benchmarks/evidence_study.py --study length_clean    # the clean reward alone (the alarm's false alarms)
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
 
 Every run is one (warm start, GRPO seed, arm): the warm start is the SFT seed (its own model and data order), the GRPO
@@ -67,6 +68,7 @@ TESTBED_OF = {
     "forks_dynamic": "forks",
     "length_kl": "length_bias",
     "length_other": "length_bias",
+    "length_clean": "length_bias",
 }
 #: Collapse-alarm thresholds of the length-biased study (the monitor in "warn" mode, on every run there).
 ALARM = {"collapse_repetition_max": 0.2, "collapse_distinct2_drop": 0.5}
@@ -133,6 +135,10 @@ def studies() -> dict[str, dict[str, Arm]]:
         "length_other": {
             "PF best_worst": Arm({"sample_filter": "best_worst"}, "PF-PPO's best-worst filter"),
             "default tools": Arm(tools, "KL-Cov k 2e-2 + adaptive KL (cap 0.3) + AEPO target 0.2"),
+            "vanilla, clean reward": Arm(reward="gold", note="trained on the gold reward: the alarm's false alarms"),
+        },
+        # The clean-reward runs alone (the same arm as in length_other): the alarm's false alarms, cheaply.
+        "length_clean": {
             "vanilla, clean reward": Arm(reward="gold", note="trained on the gold reward: the alarm's false alarms"),
         },
     }
