@@ -172,3 +172,32 @@ def test_evidence_report_pairs_runs_and_gives_verdicts(benchmarks_on_path, tmp_p
     assert "-5.0 [-5.0, -5.0] | hurts | 12 (6) |" in rows[("default tools", "pass@1 (points)")]
     assert not any(key[0] == "KL-Cov k=2e-3" for key in rows)
     assert "Validation prompts" not in text and "vanilla (12 runs)" in text
+
+
+def test_evidence_verdicts_against_a_knob_and_the_collapse_lead(benchmarks_on_path, tmp_path):
+    import evidence_study
+
+    # the default tools against "KL-Cov k=2e-3" (as --against pairs them): +1 distinct on every run, the same pass@1
+    for w in range(6):
+        for g in range(2):
+            for arm, distinct in (("vanilla", 2.0), ("default tools", 4.0), ("KL-Cov k=2e-3", 3.0)):
+                path = evidence_study.run_path(tmp_path, "test", arm, w, g)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(_evidence_run(arm, w, g, distinct, 0.8)))
+    rows = evidence_study.verdict_rows(tmp_path, "test", range(6), range(2), baseline="KL-Cov k=2e-3")
+    assert rows[0].startswith("| tool | metric | setting | arm - KL-Cov k=2e-3")
+    tools = [r for r in rows if r.startswith("| default tools | more distinct")]
+    assert len(tools) == 1 and "+1.00 [+1.00, +1.00] | helps |" in tools[0]
+    assert not any(r.startswith("| KL-Cov k=2e-3 |") for r in rows)  # the baseline is not paired with itself
+    # a proxy-gold gap: less is better, so a smaller gap helps; the training reward gets no verdict
+    from trl_grpo_ext.stats import Interval
+
+    interval = Interval(-0.2, -0.3, -0.1, warm_starts=6, runs=12)
+    assert evidence_study.judged(interval, "gap") == "helps"
+    assert evidence_study.judged(interval, "greedy_gold") == "hurts"
+    assert "no verdict" in evidence_study.judged(interval, "proxy")
+    # the collapse: the first checkpoint after the peak under half of it; the alarm's lead in words
+    gold = [[25, 0.30], [50, 0.40], [75, 0.25], [100, 0.15], [125, 0.30]]
+    assert evidence_study.collapse_step(gold) == 100
+    assert evidence_study.collapse_step([[25, 0.3], [50, 0.4], [75, 0.35]]) is None
+    assert evidence_study.when(22) == "22 steps before" and evidence_study.when(-36) == "36 steps after"
