@@ -465,8 +465,11 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
     if costs:
         lines += [
             "",
-            "Wall time of a run (training and evaluation), arm / vanilla, median of paired runs (two runs at a "
-            "time on 2 cores, so a few percent is noise): " + ", ".join(costs),
+            "Wall time of a run (training and evaluation), arm / vanilla, median of paired runs: "
+            + ", ".join(costs)
+            + ". Runs train two at a time on 2 cores, and a study's runs and its vanilla runs may have been trained "
+            "at different times beside different loads: only a ratio that the method's own work explains (dynamic "
+            "sampling's extra generation) is a cost; benchmarks/dynamic_sampling_cost.py measures that side by side.",
         ]
     if testbed == "length_bias":
         lines += ["", f"Collapse alarm ({', '.join(f'{k}={v}' for k, v in ALARM.items())}):", *alarm_lines(runs_by_arm)]
