@@ -124,8 +124,9 @@ class DynamicSampling(PolicyFilter):
         refilled, duplicated, unfilled = host.gather(counts).sum(0).tolist()
         splice = None
         if refilled or duplicated:  # the same decision on every process: each runs the splice's forwards
-            new_rewards = torch.cat([r for _, r in found]).float() if found else torch.zeros(0, device=device)
-            advantages = host.group_advantages(new_rewards, group)  # (len(found) x G,) the configured estimator's
+            advantages = torch.zeros(0, device=device)  # a process with nothing new splices no row
+            if found:  # (len(found) x G,) the configured estimator's advantages of the new groups
+                advantages = host.group_advantages(torch.cat([r for _, r in found]).float(), group)
             splice = Splice(
                 _concat([r for r, _ in found]) if found else Rollout([], [], None, [], None),
                 rows=[g * group + k for g in refill for k in range(group)],
