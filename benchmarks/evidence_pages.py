@@ -27,6 +27,7 @@ BEGIN, END = "<!-- evidence -->", "<!-- /evidence -->"
 AGAINST = {
     "fixed beta 0.04": None,
     "temperature 1.0": None,
+    "vanilla, 150 steps": None,  # is the diversity more than "trained less"? vanilla stopped earlier on its schedule
     "default tools": ("forks_pkpo", "forks_explore", "forks_dynamic"),
 }
 
@@ -57,7 +58,9 @@ def block(out: Path, warm_starts, seeds) -> str:
         rows = table[:2] + [
             r for r in table[2:] if "| forks," in r and (names is None or r.split(" | ")[0].lstrip("| ") in names)
         ]
-        what = "a knob a user already has" if only is None else "the tools already here"
+        what = "the tools already here" if only is not None else "a knob a user already has"
+        if baseline.startswith("vanilla,"):
+            what = "vanilla stopped earlier"
         if len(rows) > 2:
             lines += ["", f"### Against {what}: {baseline} (forks, test)", "", *rows]
     for study in ev.studies():
