@@ -45,12 +45,13 @@ def study_minutes(out: Path, study: str, warm_starts, seeds) -> tuple[float, int
 
 def block(out: Path, warm_starts, seeds) -> str:
     lines = [BEGIN, "", "### Every verdict (test prompts, paired with vanilla)", ""]
-    lines += ev.verdict_rows(out, "test", warm_starts, seeds)
-    arms = sum(len(a) for a in ev.studies().values())
+    rows = ev.verdict_rows(out, "test", warm_starts, seeds)
+    lines += rows
+    arms = len({(row.split(" | ")[0], row.split(" | ")[2].split(",")[0]) for row in rows[2:]})
     lines += [
         "",
-        f'{arms} arms x 2 or 3 headline metrics in this table: read a lone "helps" or "hurts" whose interval '
-        "nearly touches 0 as exploratory until a second study on new warm starts confirms it.",
+        f'{arms} arms (each on its testbed), {len(rows) - 2} comparisons in this table: read a lone "helps" or '
+        '"hurts" whose interval nearly touches 0 as exploratory until a second study on new warm starts confirms it.',
     ]
     for baseline, only in AGAINST.items():
         table = ev.verdict_rows(out, "test", warm_starts, seeds, baseline=baseline)
