@@ -17,7 +17,7 @@ them into chunks of its own (:func:`rollout_tensors`). Generation and scoring go
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -56,6 +56,17 @@ class Rollout:
             pick(self.completions),
             pick(self.logprobs),
         )
+
+    @staticmethod
+    def concat(rollouts: list[Rollout]) -> Rollout:
+        """One rollout of the rows of ``rollouts``, in order (an optional entry is None unless every part has it)."""
+
+        def join(values):
+            return None if any(v is None for v in values) else [row for part in values for row in part]
+
+        if not rollouts:
+            return Rollout([], [], None, [], None)
+        return Rollout(*(join([getattr(r, f.name) for r in rollouts]) for f in fields(Rollout)))
 
 
 @dataclass

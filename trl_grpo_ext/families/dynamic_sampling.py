@@ -15,16 +15,6 @@ from .sample_filter import PolicyFilter
 logger = logging.getLogger(__name__)
 
 
-def _concat(rollouts: list[Rollout]) -> Rollout:
-    """One rollout of the rows of ``rollouts``, in order."""
-
-    def join(name):
-        parts = [getattr(r, name) for r in rollouts]
-        return None if any(p is None for p in parts) else [row for part in parts for row in part]
-
-    return Rollout(*(join(name) for name in ("prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs")))
-
-
 @SAMPLE_FILTERS.register("dynamic_sampling")
 class DynamicSampling(PolicyFilter):
     """Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476, sec. 3.2) with refill.
@@ -116,9 +106,9 @@ class DynamicSampling(PolicyFilter):
             for i, target in enumerate(remaining if sources else []):
                 copies += [(sources[i % len(sources)] * group + k, target * group + k) for k in range(group)]
             remaining = remaining if not sources else []
-        keep = torch.ones(local_rows, dtype=torch.bool, device=device)  # (B,)
-        for g in remaining:
-            keep[g * group : (g + 1) * group] = False
+        keep = torch.ones(local_groups, group, dtype=torch.bool, device=device)  # (p, G)
+        keep[remaining] = False
+        keep = keep.view(-1)  # (B,)
         all_keep = host.gather(keep)  # (N,)
         counts = torch.tensor([[float(len(refill)), float(len(copies) // group), float(len(remaining))]], device=device)
         refilled, duplicated, unfilled = host.gather(counts).sum(0).tolist()
@@ -128,7 +118,7 @@ class DynamicSampling(PolicyFilter):
             if found:  # (len(found) x G,) the configured estimator's advantages of the new groups
                 advantages = host.group_advantages(torch.cat([r for _, r in found]).float(), group)
             splice = Splice(
-                _concat([r for r, _ in found]) if found else Rollout([], [], None, [], None),
+                Rollout.concat([r for r, _ in found]),
                 rows=[g * group + k for g in refill for k in range(group)],
                 advantages=advantages,
                 copies=copies,
