@@ -11,6 +11,7 @@
     python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
     python benchmarks/evidence_study.py --study length_clean    # the clean reward alone (the alarm's false alarms)
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
+    python benchmarks/evidence_study.py --picker                # PF-PPO's R^2 picker on the length-biased reward
 
 Every run is one (warm start, GRPO seed, arm): the warm start is the SFT seed (its own model and data order), the GRPO
 seed is nested in it. Every arm is paired with vanilla on the same warm start, GRPO seed, budget and evaluation
@@ -301,6 +302,64 @@ def run_length_bias(job: dict) -> dict:
     }
 
 
+#: PF-PPO's picker (sec. 4.2) on the length-biased testbed: labelled training prompts x samples of each warm start.
+PICKER_PROMPTS = 64
+PICKER_SAMPLES = 8
+
+
+def length_picker(cache: str, warm_start: int) -> list[tuple[str, float]]:
+    """PF-PPO's choice of filter where the reward is the length-biased proxy: the R^2 between proxy and gold on the
+    kept samples of :data:`PICKER_PROMPTS` training prompts (not the evaluation halves) x :data:`PICKER_SAMPLES`
+    samples of the warm start at the training temperature, per strategy, best first (``none``: no filter)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_grpo_ext import testbed
+    from trl_grpo_ext.core import rank_filter_strategies
+    from trl_grpo_ext.evaluation import sample_completions
+    from trl_grpo_ext.testbeds import length_bias
+
+    torch.set_num_threads(1)
+    path = length_bias.warm_start(cache, seed=warm_start, log=lambda *_: None)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    rows = testbed.addition_problems(PICKER_PROMPTS, seed=70_000 + warm_start, split="train")
+    temperature = length_bias.grpo_settings()["temperature"]
+    texts = sample_completions(
+        model, tokenizer, rows["prompt"], samples=PICKER_SAMPLES, temperature=temperature,
+        max_new_tokens=length_bias.MAX_COMPLETION_LENGTH, seed=warm_start,
+    )  # fmt: skip
+    flat = [t for row in texts for t in row]
+    answers = [a for a in rows["answer"] for _ in range(PICKER_SAMPLES)]
+    proxy = torch.tensor(length_bias.proxy_reward(flat, answers))
+    gold = torch.tensor(length_bias.gold_reward(flat, answers))
+    generator = torch.Generator().manual_seed(warm_start)
+    return rank_filter_strategies(proxy, gold, PICKER_SAMPLES, generator=generator)
+
+
+def picker_path(out: Path) -> Path:
+    return out / "runs" / "length_bias" / "picker.json"
+
+
+def picker_lines(out: Path, warm_starts) -> list[str]:
+    """The picker's ranking per warm start (from ``--picker``'s saved file), and how often each strategy won."""
+    path = picker_path(out)
+    if not path.exists():
+        return []
+    saved = {int(w): ranking for w, ranking in json.loads(path.read_text()).items() if int(w) in warm_starts}
+    if not saved:
+        return []
+    wins = statistics.multimode(ranking[0][0] for ranking in saved.values())
+    lines = [
+        "",
+        f"PF-PPO's R^2 picker (`--picker`: proxy vs gold on {PICKER_PROMPTS} training prompts x {PICKER_SAMPLES} "
+        f"samples of each warm start; `none` = no filter): first choice {' / '.join(wins)} on "
+        f"{sum(r[0][0] in wins for r in saved.values())} of {len(saved)} warm starts.",
+    ]
+    for w, ranking in sorted(saved.items()):
+        lines.append(f"- warm start {w}: " + ", ".join(f"{name} {r2:.3f}" for name, r2 in ranking))
+    return lines
+
+
 def run_path(out: Path, split: str, arm: str, warm_start: int, seed: int, testbed: str = "forks") -> Path:
     return out / "runs" / testbed / split / slug(arm) / f"w{warm_start}-g{seed}.json"
 
@@ -473,6 +532,8 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
         ]
     if testbed == "length_bias":
         lines += ["", f"Collapse alarm ({', '.join(f'{k}={v}' for k, v in ALARM.items())}):", *alarm_lines(runs_by_arm)]
+        if any(arm.config.get("sample_filter") for arm in arms.values()):
+            lines += picker_lines(out, warm_starts)
     return "\n".join(lines)
 
 
@@ -607,8 +668,18 @@ def main(argv=None) -> None:
     parser.add_argument("--report", action="store_true", help="print the table from the saved runs, train nothing")
     parser.add_argument("--verdicts", action="store_true", help="print the verdict table of every study, train nothing")
     parser.add_argument("--against", default="vanilla", help="--verdicts: the arm others are paired with (a knob)")
+    parser.add_argument(
+        "--picker", action="store_true", help="PF-PPO's R^2 picker on the length-biased warm starts, no training"
+    )
     args = parser.parse_args(argv)
     out, warm_starts, seeds = Path(args.out), parse_list(args.warm_starts), parse_list(args.seeds)
+    if args.picker:
+        path = picker_path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache = os.path.join(args.cache, "length_bias")
+        path.write_text(json.dumps({w: length_picker(cache, w) for w in warm_starts}, indent=1))
+        print("\n".join(picker_lines(out, warm_starts)))
+        return
     if args.verdicts:
         print("\n".join(verdict_rows(out, args.split, warm_starts, seeds, baseline=args.against)))
         return

@@ -201,3 +201,25 @@ def test_evidence_verdicts_against_a_knob_and_the_collapse_lead(benchmarks_on_pa
     assert evidence_study.collapse_step(gold) == 100
     assert evidence_study.collapse_step([[25, 0.3], [50, 0.4], [75, 0.35]]) is None
     assert evidence_study.when(22) == "22 steps before" and evidence_study.when(-36) == "36 steps after"
+
+
+def test_evidence_picker_lines_name_the_winner_per_warm_start(benchmarks_on_path, tmp_path):
+    import evidence_study
+
+    path = evidence_study.picker_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    rankings = {
+        0: [["none", 0.98], ["best_worst", 0.93]],
+        1: [["best_worst", 0.95], ["none", 0.90]],
+        2: [["none", 0.97], ["best_worst", 0.90]],
+        7: [["best_of_n", 0.99], ["none", 0.5]],  # not asked for: left out
+    }
+    path.write_text(json.dumps(rankings))
+    lines = evidence_study.picker_lines(tmp_path, [0, 1, 2])
+    assert "first choice none on 2 of 3 warm starts" in lines[1]
+    assert lines[2:] == [
+        "- warm start 0: none 0.980, best_worst 0.930",
+        "- warm start 1: best_worst 0.950, none 0.900",
+        "- warm start 2: none 0.970, best_worst 0.900",
+    ]
+    assert evidence_study.picker_lines(tmp_path / "elsewhere", [0]) == []
