@@ -71,12 +71,11 @@ TESTBED_OF = {
     "length_other": "length_bias",
     "length_clean": "length_bias",
 }
-#: Collapse-alarm thresholds of the length-biased study (the monitor in "warn" mode, on every run there).
-ALARM = {"collapse_repetition_max": 0.2, "collapse_distinct2_drop": 0.5}
 
 
 def studies() -> dict[str, dict[str, Arm]]:
     from trl_grpo_ext import testbed
+    from trl_grpo_ext.testbeds import length_bias
 
     tools = dict(testbed.DEFAULT_TOOLS)
     return {
@@ -128,10 +127,7 @@ def studies() -> dict[str, dict[str, Arm]]:
         "length_kl": {
             "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
             "adaptive KL": Arm({k: tools[k] for k in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}),
-            "diversity KL": Arm(
-                {"beta": 0.04, "kl_control": "diversity", "kl_diversity_target": 0.3, "kl_horizon": 2000},
-                "beta rises while Distinct-2 is under 0.3",
-            ),
+            "diversity KL": Arm(dict(length_bias.TOOLS), "beta rises while Distinct-2 is under 0.3"),
         },
         "length_other": {
             "PF best_worst": Arm({"sample_filter": "best_worst"}, "PF-PPO's best-worst filter"),
@@ -271,8 +267,9 @@ def run_length_bias(job: dict) -> dict:
         result = evaluate(AutoModelForCausalLM.from_pretrained(path))
         return {**job, "eval": result, "seconds": time.time() - start}
     grpo_seed = job["warm_start"] + 100 * job["seed"]
-    monitor = dict(diversity_metrics=["distinct", "repetition", "entropy"], **ALARM)
-    config = length_bias.grpo_settings(**{"seed": grpo_seed, "max_steps": job["steps"], **monitor, **job["config"]})
+    config = length_bias.grpo_settings(
+        **{"seed": grpo_seed, "max_steps": job["steps"], **length_bias.MONITOR, **job["config"]}
+    )
     args = GRPOExtConfig(**config, output_dir=os.path.join(job["cache"], "runs", f"{os.getpid()}"), disable_tqdm=True)
     set_seed(grpo_seed)
     reward = length_bias.gold_reward if job["reward"] == "gold" else length_bias.proxy_reward
@@ -531,7 +528,10 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
             "sampling's extra generation) is a cost; benchmarks/dynamic_sampling_cost.py measures that side by side.",
         ]
     if testbed == "length_bias":
-        lines += ["", f"Collapse alarm ({', '.join(f'{k}={v}' for k, v in ALARM.items())}):", *alarm_lines(runs_by_arm)]
+        from trl_grpo_ext.testbeds.length_bias import MONITOR
+
+        alarm = ", ".join(f"{k}={v}" for k, v in MONITOR.items() if k.startswith("collapse_"))
+        lines += ["", f"Collapse alarm ({alarm}):", *alarm_lines(runs_by_arm)]
         if any(arm.config.get("sample_filter") for arm in arms.values()):
             lines += picker_lines(out, warm_starts)
     return "\n".join(lines)
@@ -687,7 +687,9 @@ def main(argv=None) -> None:
         parser.error("--study is required (or --verdicts)")
     if not args.report:
         testbed = TESTBED_OF[args.study]
-        steps = args.steps or {"forks": 250, "length_bias": 300}[testbed]
+        from trl_grpo_ext.testbeds import forks, length_bias
+
+        steps = args.steps or {"forks": forks, "length_bias": length_bias}[testbed].grpo_settings()["max_steps"]
         cache = os.path.join(args.cache, testbed)
         arms = {"vanilla": Arm(), **studies()[args.study]}
         jobs = [

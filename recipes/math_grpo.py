@@ -3,13 +3,19 @@
 
 Usage:
 
-    # The embedded default: fully offline, CPU, about 3 minutes. The learning testbed (trl_grpo_ext.testbed): a tiny
-    # Llama warm-started on a careless teacher's answers to "47+8=", then GRPO with the verifier reward, twice from
-    # the same start with the same budget and seed: vanilla, and with the default tools (KL-Cov on the off-policy
-    # mini-batches, adaptive KL with beta capped at 0.3, AEPO). Prints held-out accuracy, pass@1, pass@8, entropy and
-    # Distinct-2 side by side.
+    # The embedded default: fully offline, CPU, about 4 minutes. The length-biased reward (trl_grpo_ext.testbeds.
+    # length_bias): a tiny Llama warm-started on a careless, sometimes chatty teacher's answers to "47+8=", then GRPO
+    # on a proxy reward that a policy can game (a lenient grader plus a bonus for length), twice from the same start
+    # with the same budget and seed: vanilla, and with the KL term driven by diversity (kl_control: diversity). Prints
+    # the held-out gold accuracy (greedy and sampled), the proxy, their gap, length, repetition, entropy and
+    # Distinct-2 side by side, and when the collapse alarm fired.
     accelerate launch recipes/math_grpo.py
     accelerate launch recipes/math_grpo.py --compare_vanilla false     # the tools' run only
+
+    # The other offline tasks: the addition testbed with the default tools (one right answer per prompt), and the
+    # many-answers task (pass@k up to 64, distinct right answers):
+    accelerate launch recipes/math_grpo.py --config recipes/configs/addition.yaml
+    accelerate launch recipes/math_grpo.py --config recipes/configs/forks.yaml
 
     # One tool at a time, or all of them (offline configs; PRM runs on the multi-step chains task):
     accelerate launch recipes/math_grpo.py --config recipes/configs/clip_cov.yaml
@@ -46,7 +52,7 @@ from trl_grpo_ext.data import load_math_dataset
 from trl_grpo_ext.evaluation import evaluate_multistep, greedy_accuracy, sampled_evaluation
 from trl_grpo_ext.plot import plot_pass_at_k, plot_runs
 from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS, set_math_reward_workers
-from trl_grpo_ext.testbeds import forks
+from trl_grpo_ext.testbeds import forks, length_bias
 
 TINY_MODEL = "tiny"
 #: What the side-by-side table shows, in this order (held-out numbers; see trl_grpo_ext.testbed.evaluate).
@@ -61,21 +67,23 @@ class MathScriptArguments:
         default="synthetic",
         metadata={"help": "'synthetic' (offline, see synthetic_task), a Hub dataset id, or a local json/parquet."},
     )
-    synthetic_task: Literal["addition", "chains", "forks"] = field(
-        default="addition",
+    synthetic_task: Literal["addition", "chains", "forks", "length_bias"] = field(
+        default="length_bias",
         metadata={
             "help": 'Offline task of dataset_name=synthetic. \'addition\': the learning testbed ("47+8=" -> "55", '
             "a careless-teacher warm start; trl_grpo_ext.testbed). 'chains': multi-step sums written one step per "
             'line ("3+4+2=" -> "3+4=7\\n7+2=9\\n9"), for PRM step rewards. \'forks\': many right answers '
             '("35241628 3:" -> any "3+5-2..." with three minus signs; trl_grpo_ext.testbeds.forks), evaluated by '
-            "pass@k up to 64 and distinct right answers."
+            "pass@k up to 64 and distinct right answers. 'length_bias': the addition task trained on a gameable "
+            "proxy reward (reward_funcs [length_proxy]; trl_grpo_ext.testbeds.length_bias), evaluated by the gold "
+            "score (exact answer) beside the proxy."
         },
     )
     eval_split: Literal["test", "validation"] = field(
         default="test",
         metadata={
-            "help": "Held-out half the 'forks' task is evaluated on: 'test' for results, 'validation' for choosing "
-            "settings."
+            "help": "Held-out half the 'forks' and 'length_bias' tasks are evaluated on: 'test' for results, "
+            "'validation' for choosing settings."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration (e.g. 'main')."})
@@ -153,14 +161,17 @@ def _flags(config: dict) -> list[str]:
 
 
 #: The embedded default run (what `accelerate launch recipes/math_grpo.py` does with no arguments); the same values
-#: as recipes/configs/default.yaml (tested). GRPO settings and tools come from the testbed, in one place.
+#: as recipes/configs/default.yaml (tested). The task where a tool helps (docs/results.md): the length-biased reward,
+#: with its GRPO settings, its tool and its monitor from the testbed, in one place.
 DEFAULT_CONFIG: dict = {
     "output_dir": "outputs/math_grpo_default",
     "model_name_or_path": TINY_MODEL,
+    "synthetic_task": "length_bias",
+    "reward_funcs": ["length_proxy"],
     "seed": 0,
-    **testbed.grpo_settings(),
-    **testbed.DEFAULT_TOOLS,
-    "diversity_metrics": ["distinct", "self_bleu", "repetition", "unique", "entropy"],
+    **length_bias.grpo_settings(),
+    **length_bias.TOOLS,
+    **length_bias.MONITOR,
 }
 DEFAULT_ARGS = _flags(DEFAULT_CONFIG)
 
@@ -249,6 +260,18 @@ def prepare_addition_model(script_args, training_args, state: PartialState) -> s
     return testbed.warm_start(script_args.cache_dir, **kwargs)
 
 
+def prepare_length_bias_model(script_args, training_args, state: PartialState) -> str:
+    """The length-biased testbed's chatty careless-teacher warm start (trained by every process, written by the main
+    one, cached)."""
+    return length_bias.warm_start(
+        script_args.cache_dir,
+        seed=training_args.seed,
+        examples=script_args.sft_num_examples or 40_000,
+        use_cpu=training_args.use_cpu,
+        log=lambda message: print(f"[math_grpo] {message}"),
+    )
+
+
 def prepare_forks_model(script_args, training_args, state: PartialState) -> str:
     """The forks testbed's careless-teacher warm start (trained by every process, written by the main one, cached)."""
     return forks.warm_start(
@@ -312,6 +335,17 @@ def heldout_evaluator(script_args, training_args, tokenizer):
             return testbed.evaluate(model, tokenizer, problems, **common)
 
         return evaluate
+    if script_args.synthetic_task == "length_bias":
+        problems = length_bias.problems(script_args.eval_split)
+        if script_args.eval_num_problems:
+            problems = problems.select(range(min(script_args.eval_num_problems, len(problems))))
+
+        def evaluate_gold_and_proxy(model) -> dict:
+            return testbed.evaluate(
+                model, tokenizer, problems, reward=length_bias.gold_reward, proxy=length_bias.proxy_reward, **common
+            )
+
+        return evaluate_gold_and_proxy
     problems = load_math_dataset(
         "synthetic",
         split="test",
@@ -401,7 +435,12 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
             "model (e.g. Qwen/Qwen2.5-Math-1.5B) for Hub or local datasets."
         )
     if tiny:
-        prepare = {"addition": prepare_addition_model, "chains": prepare_chains_model, "forks": prepare_forks_model}
+        prepare = {
+            "addition": prepare_addition_model,
+            "chains": prepare_chains_model,
+            "forks": prepare_forks_model,
+            "length_bias": prepare_length_bias_model,
+        }
         model_path = prepare[script_args.synthetic_task](script_args, training_args, state)
     else:
         model_path = model_args.model_name_or_path
@@ -409,7 +448,7 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    if synthetic and script_args.synthetic_task == "addition":
+    if synthetic and script_args.synthetic_task in ("addition", "length_bias"):
         train = testbed.addition_problems(script_args.num_train_examples or 40_000, seed=training_args.seed + 1)
     elif synthetic and script_args.synthetic_task == "forks":
         train = forks.problems(script_args.num_train_examples or 40_000, split="train", seed=training_args.seed + 1)
@@ -449,6 +488,7 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
         )
         histories["vanilla"] = vanilla.state.log_history
         train_info["vanilla_final_entropy"] = _last(vanilla.state.log_history, "entropy")
+        train_info["vanilla_alarm_steps"] = alarm_steps(vanilla)
         if evaluate is not None:
             summary["vanilla"] = with_checkpoints(evaluate(vanilla.model), checkpoints, vanilla.state.global_step)
         del vanilla
@@ -474,6 +514,7 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
             final_entropy=_last(trainer.state.log_history, "entropy"),
             final_beta=trainer.beta,
             final_reward=_last(trainer.state.log_history, "reward"),
+            alarm_steps=alarm_steps(trainer),
         )
         summary["train"] = train_info
         plot_runs(histories, os.path.join(training_args.output_dir, "plots"))
@@ -491,6 +532,11 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
         print_summary(summary, training_args.output_dir)
     state.wait_for_everyone()
     return summary
+
+
+def alarm_steps(trainer: GRPOExtTrainer) -> list[int]:
+    """The steps at which the collapse monitor's alarm fired (``collapse_*`` thresholds; empty without them)."""
+    return [step for step, _ in trainer.collapse_monitor.alarms] if trainer.collapse_monitor is not None else []
 
 
 def _last(history: list[dict], key: str):
@@ -543,6 +589,44 @@ def print_forks_summary(summary: dict, rows: list) -> None:
         print_checkpoints(v, t)
 
 
+#: What the length-biased task's table shows: gold (greedy, sampled), the proxy, their gap, and what the proxy rewards.
+LENGTH_KEYS = ("answer_acc", "pass_at_1", "proxy", "gap", "length", "repetition", "entropy", "distinct_2")
+
+
+def print_length_summary(summary: dict, rows: list) -> None:
+    print("answer_acc: gold, greedy; pass_at_1: gold, sampled; proxy: the training reward; gap: proxy - pass_at_1")
+    print(f"{'':<14}" + "".join(f"{k:>11}" for k in LENGTH_KEYS))
+    for label, m in rows:
+        print(f"{label:<14}" + "".join(f"{m[k]:>11.3f}" for k in LENGTH_KEYS))
+    start = summary["start"]
+    for key, name in (("vanilla", "vanilla GRPO"), ("final", "GRPO + tools")):
+        if key in summary:
+            run = summary[key]
+            print(
+                f"{name}: gold {100 * start['answer_acc']:.1f}% -> {100 * run['answer_acc']:.1f}% (greedy), proxy "
+                f"{start['proxy']:.3f} -> {run['proxy']:.3f}, length {start['length']:.1f} -> {run['length']:.1f} "
+                f"characters, repetition {start['repetition']:.3f} -> {run['repetition']:.3f}"
+            )
+    if "vanilla" in summary and "final" in summary:
+        v, t = summary["vanilla"], summary["final"]
+        print(
+            f"tools vs vanilla: gold {100 * (t['answer_acc'] - v['answer_acc']):+.1f} points (greedy), "
+            f"{100 * (t['pass_at_1'] - v['pass_at_1']):+.1f} (sampled); proxy - gold gap {t['gap']:.3f} vs "
+            f"{v['gap']:.3f}; repetition {t['repetition']:.3f} vs {v['repetition']:.3f}"
+        )
+        print_checkpoints(v, t)
+    train = summary["train"]
+    if "alarm_steps" in train:
+
+        def fired(steps: list[int]) -> str:
+            return f"first at step {steps[0]}" if steps else "never"
+
+        alarms = f"tools {fired(train['alarm_steps'])}"
+        if "vanilla_alarm_steps" in train:
+            alarms = f"vanilla {fired(train['vanilla_alarm_steps'])}, {alarms}"
+        print(f"collapse alarm (repetition / Distinct-2 of the training batches): {alarms}")
+
+
 def print_summary(summary: dict, output_dir: str) -> None:
     print(f"\n=== math_grpo summary (task: {summary['task']}, held-out problems) ===")
     rows = [
@@ -553,6 +637,8 @@ def print_summary(summary: dict, output_dir: str) -> None:
     many_answers = rows and "distinct_correct" in rows[0][1]  # the forks task: reward-independent metrics
     if many_answers:
         print_forks_summary(summary, rows)
+    elif rows and "gap" in rows[0][1]:  # a proxy reward: gold beside it
+        print_length_summary(summary, rows)
     elif rows:
         keys = [k for k in SUMMARY_KEYS if k in rows[0][1]] + (["step_acc"] if "step_acc" in rows[0][1] else [])
         print(f"{'':<14}" + "".join(f"{k:>12}" for k in keys))

@@ -118,6 +118,8 @@ def check_summary(summary: dict, runs: set[str]) -> None:
 
 
 def test_recipe_default_runs_vanilla_and_tools(tmp_path):
+    """The embedded default: the length-biased reward, vanilla and the diversity-driven KL term side by side, gold
+    beside the proxy, and when the collapse alarm fired."""
     out = tmp_path / "run"
     proc = _run(
         [
@@ -135,22 +137,49 @@ def test_recipe_default_runs_vanilla_and_tools(tmp_path):
     )
     summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "vanilla", "final"})
+    for run in ("start", "vanilla", "final"):  # gold (the summary keys) beside the proxy it was trained on
+        m = summary[run]
+        assert m["gap"] == pytest.approx(m["proxy"] - m["pass_at_1"]) and m["length"] > 0
+        assert 0.0 <= m["repetition"] <= 1.0
     for run in ("vanilla", "final"):  # the held-out accuracy at steps 2 and 4 (the final model) and their mean
         checkpoints = summary[run]["answer_acc_checkpoints"]
         assert list(checkpoints) == ["2", "4"] and checkpoints["4"] == summary[run]["answer_acc"]
         assert summary[run]["answer_acc_last_mean"] == pytest.approx((checkpoints["2"] + checkpoints["4"]) / 2)
     assert "held-out accuracy, mean of the last 2 checkpoints (steps 2-4)" in proc.stdout
-    assert summary["task"] == "addition"
-    assert summary["train"]["steps"] == 4 and summary["train"]["num_processes"] == 1
-    assert summary["train"]["tools"] == {
-        "token_clip": "kl_cov",
-        "kl_control": "adaptive",
-        "entropy_control": "aepo",
-    }
+    assert summary["task"] == "length_bias"
+    train = summary["train"]
+    assert train["steps"] == 4 and train["num_processes"] == 1
+    assert train["tools"] == {"kl_control": "diversity"}
+    assert isinstance(train["alarm_steps"], list) and isinstance(train["vanilla_alarm_steps"], list)
     assert (out / "vanilla" / "trainer_state.json").exists() and (out / "trainer_state.json").exists()
     assert (out / "plots" / "training.png").stat().st_size > 1000
     assert (out / "plots" / "collapse.png").stat().st_size > 1000
-    assert "math_grpo summary" in proc.stdout and "tools vs vanilla" in proc.stdout
+    assert "math_grpo summary" in proc.stdout and "tools vs vanilla: gold" in proc.stdout
+    assert "collapse alarm (repetition / Distinct-2 of the training batches): vanilla " in proc.stdout
+
+
+def test_recipe_addition_config_runs_the_default_tools(tmp_path):
+    """The addition testbed (the default until 0.2.0): one right answer per prompt, the default tools."""
+    out = tmp_path / "run"
+    proc = _run(
+        [
+            sys.executable,
+            str(RECIPE),
+            "--config",
+            str(ROOT / "recipes" / "configs" / "addition.yaml"),
+            *QUICK,
+            "--output_dir",
+            str(out),
+            "--cache_dir",
+            str(tmp_path / "c"),
+        ],
+        tmp_path,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    check_summary(summary, {"start", "vanilla", "final"})
+    assert summary["task"] == "addition" and "gap" not in summary["final"]
+    assert summary["train"]["tools"] == {"token_clip": "kl_cov", "kl_control": "adaptive", "entropy_control": "aepo"}
+    assert "tools vs vanilla: accuracy" in proc.stdout
 
 
 def test_recipe_without_vanilla(tmp_path):

@@ -127,6 +127,27 @@ def test_evaluate_numbers_are_in_range_and_follow_the_reward(tiny_model_path, to
         assert model.training is training
 
 
+def test_evaluate_scores_the_same_samples_by_a_proxy(tiny_model_path, tokenizer):
+    """A proxy is scored on the very completions the gold numbers come from: a proxy that returns a completion's
+    length equals ``length``; the gap is proxy minus sampled gold; the gold numbers do not change."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    problems = testbed.addition_problems(6, split="heldout")
+    plain = testbed.evaluate(model, tokenizer, problems, seed=0)
+
+    def length(prompts, completions, **kwargs):
+        return [float(len(c)) for c in completions]
+
+    scored = testbed.evaluate(model, tokenizer, problems, seed=0, proxy=length)
+    assert {k: v for k, v in scored.items() if k in plain} == plain
+    assert scored["proxy"] == pytest.approx(scored["length"]) and scored["length"] > 0
+    assert scored["gap"] == pytest.approx(scored["proxy"] - scored["pass_at_1"])
+    assert 0.0 <= scored["repetition"] <= 1.0
+    half = testbed.evaluate(model, tokenizer, problems, reward=_always(1.0), proxy=_always(0.5))
+    assert half["proxy"] == 0.5 and half["gap"] == pytest.approx(-0.5)
+
+
 def test_warm_start_is_built_once_and_cached(tmp_path):
     kwargs = dict(seed=0, examples=64, hidden_size=32, num_layers=1, log=lambda *a: None)
     path = testbed.warm_start(str(tmp_path), **kwargs)

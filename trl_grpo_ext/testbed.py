@@ -41,8 +41,8 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from . import testkit
-from .core.diversity import distinct_n_batch, pass_at_k
-from .evaluation import greedy_completions
+from .core.diversity import distinct_n_batch, pass_at_k, repetition_rate
+from .evaluation import greedy_completions, proxy_gold_gap
 
 #: The careless teacher's answer = the sum + an offset drawn with these probabilities.
 TEACHER_OFFSETS: dict[int, float] = {0: 0.30, 1: 0.40, 2: 0.15, -1: 0.15}
@@ -292,6 +292,7 @@ def evaluate(
     seed: int = 0,
     max_new_tokens: int = MAX_COMPLETION_LENGTH,
     reward=None,
+    proxy=None,
 ) -> dict[str, Any]:
     """Held-out numbers of a policy on ``problems`` (rows with ``prompt`` and ``answer``).
 
@@ -304,6 +305,12 @@ def evaluate(
     completions, in nats, of the distribution they were sampled from: logits / temperature, as TRL logs it),
     ``distinct_2`` (Distinct-2 of the ``samples`` completions of a problem, averaged over problems) and three
     ``samples``.
+
+    ``proxy``: where training optimises a proxy of ``reward`` (TRL reward signature; e.g.
+    :func:`trl_grpo_ext.testbeds.length_bias.proxy_reward`), the same sampled completions are also scored by it:
+    ``proxy`` (its mean), ``gap`` (``proxy`` minus the mean gold score, i.e. ``pass_at_1``;
+    :func:`trl_grpo_ext.evaluation.proxy_gold_gap`), ``length`` (mean characters of a completion) and ``repetition``
+    (mean fraction of a completion's character 3-grams that repeat an earlier one).
     """
     reward = answer_reward if reward is None else reward
     was_training = model.training
@@ -350,14 +357,24 @@ def evaluate(
     correct = [float(r >= 1.0) for r in reward(prompts=repeated, completions=texts, answer=repeated_answers)]
     counts = [int(sum(correct[i * samples : (i + 1) * samples])) for i in range(len(sub))]
     content = mask & ~is_eos  # n-grams of the answer itself, without the end token
-    return {
+    result = {
         "answer_acc": accuracy,
         "pass_at_1": statistics.mean(pass_at_k(samples, c, 1) for c in counts),
         f"pass_at_{samples}": statistics.mean(pass_at_k(samples, c, samples) for c in counts),
         "entropy": entropy,
         "distinct_2": distinct_n_batch(ids, content, 2, group_size=samples),
-        "samples": [f"{p} -> {t!r}" for p, t in zip(prompts[:3], greedy[:3])],
     }
+    if proxy is not None:
+        scores = [float(r) for r in proxy(prompts=repeated, completions=texts, answer=repeated_answers)]
+        gap = proxy_gold_gap(scores, correct)
+        result.update(
+            proxy=gap["proxy"],
+            gap=gap["gap"],
+            length=statistics.fmean(len(t) for t in texts),
+            repetition=statistics.fmean(repetition_rate(list(t), 3) for t in texts),
+        )
+    result["samples"] = [f"{p} -> {t!r}" for p, t in zip(prompts[:3], greedy[:3])]
+    return result
 
 
 @contextlib.contextmanager
