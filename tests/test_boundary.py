@@ -60,8 +60,93 @@ def test_extensions_receive_the_host_not_the_trainer(make_trainer):
     trainer = make_trainer(
         token_clip="clip_cov", sample_filter="best_of_n", kl_control="adaptive", beta=0.04, entropy_control="aepo"
     )
-    assert trainer.extensions and all(isinstance(e.host, TrainerHost) for e in trainer.extensions.values())
+    from trl_grpo_ext.families.base import HostView
+
+    assert trainer.extensions and all(isinstance(e.host, HostView) for e in trainer.extensions.values())
+    assert all(isinstance(object.__getattribute__(e.host, "_host"), TrainerHost) for e in trainer.extensions.values())
     assert all(not hasattr(e, "trainer") for e in trainer.extensions.values())
+    # each member's view holds what its class declared: AEPO may regenerate, the sample filter may not
+    assert callable(trainer.extensions["entropy_control"].host.regenerate)
+    with pytest.raises(AttributeError, match="'rollout'"):
+        trainer.extensions["sample_filter"].host.regenerate  # noqa: B018
+
+
+class _FakeHost:
+    """Every Host member a test below touches, unrestricted."""
+
+    args = None
+    beta = 0.0
+    feeds_collapse_monitor = False
+
+    def regenerate(self, prompts, *, temperature):
+        return ("rolled", tuple(prompts), temperature)
+
+    def log(self, mode, name, value):
+        self.logged = (mode, name, value)
+
+    def secret(self):  # not part of the Host protocol
+        return "reached past the host"
+
+
+def test_a_member_uses_only_the_host_capabilities_it_declares():
+    """A user's member that regenerates without declaring 'rollout' is told which capability to declare; declaring it
+    lets the same call through; every member may log and read beta, setting beta needs 'set_beta', and nothing
+    outside the Host protocol is reachable through the view."""
+    from trl_grpo_ext.families.base import CAPABILITIES, Extension, HostView
+
+    class Greedy(Extension):
+        def on_generation(self, batch):
+            return self.host.regenerate(["1+1="], temperature=0.5)
+
+    class Declared(Greedy):
+        host_capabilities = ("rollout",)
+
+    host = _FakeHost()
+    with pytest.raises(AttributeError, match=r"Greedy uses host\.regenerate.*'rollout'.*Greedy\.host_capabilities"):
+        Greedy(host).on_generation(None)
+    assert Declared(host).on_generation(None) == ("rolled", ("1+1=",), 0.5)
+    member = Greedy(host)
+    member.log_metric("train", "x", 2)
+    assert host.logged == ("train", "x", 2.0) and member.host.beta == 0.0
+    with pytest.raises(AttributeError, match="'set_beta'"):
+        member.host.beta = 0.5
+    with pytest.raises(AttributeError, match="only host.beta is settable"):
+        member.host.args = None
+    with pytest.raises(AttributeError, match="not part of the Host protocol"):
+        member.host.secret()
+
+    class Controller(Extension):
+        host_capabilities = ("set_beta",)
+
+    Controller(host).host.beta = 0.5
+    assert host.beta == 0.5
+    # a view of a view is a view of the host, with the new member's capabilities
+    assert Declared(Greedy(host).host).on_generation(None)[0] == "rolled"
+
+    class Typo(Extension):
+        host_capabilities = ("rollouts",)
+
+    with pytest.raises(ValueError, match=r"Typo.host_capabilities: unknown \['rollouts'\]; choose from"):
+        Typo(host)
+    assert isinstance(member.host, HostView) and "rollout" in CAPABILITIES
+
+
+def test_built_in_members_declare_only_known_capabilities():
+    """Every registered member's declared capabilities exist (a view is built per member), and the members whose
+    method needs one declare it: the regenerating ones 'rollout', the beta controllers 'set_beta'."""
+    from trl_grpo_ext.families import FAMILIES
+    from trl_grpo_ext.families.base import CAPABILITIES
+    from trl_grpo_ext.families.observers import OBSERVERS
+
+    members = {f"{switch}={name}": reg.get(name) for switch, reg in FAMILIES.items() for name in reg.names()}
+    members |= {f"observer={name}": OBSERVERS.get(name) for name in OBSERVERS.names()}
+    for label, cls in members.items():
+        assert set(cls.host_capabilities) <= set(CAPABILITIES), label
+    assert "rollout" in members["entropy_control=aepo"].host_capabilities
+    assert "rollout" in members["sample_filter=dynamic_sampling"].host_capabilities
+    assert "set_beta" in members["kl_control=adaptive"].host_capabilities
+    assert "set_beta" in members["kl_control=diversity"].host_capabilities
+    assert not members["sample_filter=best_of_n"].host_capabilities
 
 
 # ---------------------------------------------------------------------------------------------- TRL's private surface
@@ -209,3 +294,23 @@ def test_each_key_module_imports_alone_in_a_fresh_interpreter():
         text=True,
     )
     assert light.stdout.strip() == "False", "the pure core must not import TRL"
+
+
+def test_handoff_gives_the_value_to_the_first_inner_call_only():
+    """The trainer's two hand-offs between TRL's nested calls: a value exists only while the outer call runs, the
+    first inner call takes (or fills) it, later and outside calls get nothing and cannot overwrite it."""
+    from trl_grpo_ext.trainer import HandOff
+
+    handoff = HandOff("outer")
+    assert handoff.take() is None
+    handoff.put("ignored while closed")
+    with handoff.open("ctx") as slot:
+        assert handoff.take() == "ctx" and handoff.take() is None  # a member's own forward later in the loss
+        assert slot == [None]
+    with handoff.open() as slot:
+        handoff.put("TRL's scoring")
+        handoff.put("a member's scoring inside the same call")
+    assert slot == ["TRL's scoring"] and handoff.take() is None
+    with handoff.open(), pytest.raises(RuntimeError, match="outer: opened again"):
+        with handoff.open():
+            pass

@@ -397,14 +397,14 @@ def test_best_of_n_ranks_by_trls_advantage_under_normalize_then_sum(make_trainer
     # normalised per function, row 1 wins (function 1's outlier counts as much as function 0's).
     rewards_per_func = torch.tensor([[10.0, 0.0], [9.0, 1.0], [0.0, 0.0], [9.5, 0.0]])
     advantages = torch.tensor([0.2, 1.5, -1.8, 0.1])
-    trainer._ext_rewards_per_func = rewards_per_func
-    trainer._ext_reward_call = dict(inputs=[{}] * 4, prompts=["p"] * 4, completions=["c"] * 4, completion_ids_list=[])
+    rows = dict(inputs=[{}] * 4, prompts=["p"] * 4, completions=["c"] * 4, completion_ids_list=[])
+    scored = dict(rewards_per_func=rewards_per_func, **rows)
     output = {
         "completion_ids": torch.ones(4, 3, dtype=torch.long),
         "completion_mask": torch.ones(4, 3, dtype=torch.long),
         "advantages": advantages.clone(),
     }
-    trainer._on_generation(output)
+    trainer._on_generation(output, scored)
     torch.testing.assert_close(output[KEEP_KEY], torch.tensor([False, True, False, False]))
 
 

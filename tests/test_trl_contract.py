@@ -159,3 +159,42 @@ def test_reward_kwargs_parity_with_trl(make_trainer, train_dataset):
     assert set(ours) == set(theirs) and ours["extra"] == theirs["extra"] == [0, 1, 2, 3]
     assert ours["answer"] == theirs["answer"] and ours["trainer_state"] is theirs["trainer_state"]
     assert ours["log_extra"] == theirs["log_extra"] and ours["log_metric"] == theirs["log_metric"]
+
+
+def test_policy_weight_parity_with_trls_loss_gradient(make_trainer, train_dataset):
+    """trl_compat.trl_policy_weight (the factor the KL-Cov penalty and the token clips multiply by) is the factor TRL
+    1.16's own loss applies: with the entropy mask and the off-policy mask both active, on-policy (ratio 1) and beta 0,
+    the gradient of TRL's dapo loss on each token's log-prob is -advantage x weight / the token count, so it is zero
+    exactly where the weight is."""
+    from conftest import LogpProbe
+
+    trainer = make_trainer(loss_type="dapo", beta=0.0, top_entropy_quantile=0.5, off_policy_mask_threshold=0.5)
+    probe = LogpProbe().install(trainer)
+    weights = []
+
+    class Weight(type(trainer.extensions["probe"])):
+        def modify_logps(self, logps, ctx):
+            weights.append(ctx.policy_weight)
+            return super().modify_logps(logps, ctx)
+
+    trainer.extensions["probe"] = Weight(trainer.ext_host)
+    inputs = scored_batch(trainer, train_dataset)
+    gen = torch.Generator().manual_seed(0)
+    inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=gen)
+    inputs["old_per_token_logps"] = None  # on-policy: TRL's ratio is exactly 1
+    # the rows with a negative advantage were sampled far from the policy: TRL's off-policy mask drops them
+    with torch.no_grad():
+        current = policy_logps(trainer, inputs)
+    far = (inputs["advantages"] < 0).unsqueeze(1)
+    inputs["sampling_per_token_logps"] = torch.where(far, current + 3.0, current)
+    loss = trainer._compute_loss(trainer.model, inputs)
+    loss.backward()
+    (weight,) = weights
+    mask = inputs["completion_mask"].float()
+    assert weight is not None and 0 < float((weight * mask).sum()) < float(mask.sum())  # both masks cut something
+    assert not bool((weight[far.expand_as(weight)] > 0).any())  # the off-policy rows are out
+    leaf = probe.logps.detach().clone().requires_grad_(True)
+    per_token = -inputs["advantages"].unsqueeze(1) * weight * leaf
+    aggregate_single_process(trainer, per_token, inputs, "dapo").backward()
+    torch.testing.assert_close(probe.logps.grad, leaf.grad)
+    assert bool(((probe.logps.grad != 0) == ((weight > 0) & mask.bool())).all())

@@ -382,12 +382,13 @@ class ExtTimingCallback(TrainerCallback):
     time is included.
     """
 
-    def __init__(self, host):
-        self.host = host  # the trainer's Host: its clock and metric logging
+    def __init__(self, clock: ExtClock, host):
+        self.clock = clock  # the trainer's clock of plugin time
+        self.host = host  # the trainer's Host: metric logging
         self._start: float | None = None
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.host.ext_clock.seconds = 0.0
+        self.clock.seconds = 0.0
         self._start = time.perf_counter()
         return control
 
@@ -395,7 +396,7 @@ class ExtTimingCallback(TrainerCallback):
         if self._start is None:
             return control
         wall = time.perf_counter() - self._start
-        seconds = self.host.ext_clock.seconds
+        seconds = self.clock.seconds
         self.host.log("train", "timing/ext_s", seconds)
         self.host.log("train", "timing/ext_fraction", seconds / wall if wall > 0 else 0.0)
         self._start = None

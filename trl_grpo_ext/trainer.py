@@ -52,6 +52,7 @@ from .trl_compat import (
     prepare_scoring_model,
     reference_logps,
     reward_kwargs,
+    trl_policy_weight,
     vllm_importance_sampling_ratio,
 )
 
@@ -85,6 +86,44 @@ class AccelerateCollectives:
         return torch.cat([gathered[i, :n] for i, n in enumerate(lengths)])
 
 
+class HandOff:
+    """One value handed between two of the trainer's overrides where TRL 1.16 calls one inside the other and passes
+    nothing between them (``_calculate_rewards`` inside ``_generate_and_score_completions``,
+    ``_get_per_token_logps_and_entropies`` inside ``_compute_loss``).
+
+    The outer override opens it for the length of its ``super()`` call (``with handoff.open(value) as slot``); the
+    first inner call that wants the value takes it (:meth:`take`) or fills an empty slot (:meth:`put`). Outside the
+    outer call, and for every later inner call of the same outer call, there is nothing to take or fill: a forward or
+    a scoring that a member runs itself (AEPO's regenerated samples) can neither read nor overwrite the batch's value.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._slot: list | None = None
+
+    @contextlib.contextmanager
+    def open(self, value=None):
+        if self._slot is not None:
+            raise RuntimeError(f"{self.name}: opened again inside its own call (TRL's call order changed?)")
+        slot = self._slot = [value]
+        try:
+            yield slot
+        finally:
+            self._slot = None
+
+    def take(self):
+        """The value, once per opening (None after it is taken, and while closed)."""
+        if self._slot is None:
+            return None
+        value, self._slot[0] = self._slot[0], None
+        return value
+
+    def put(self, value) -> None:
+        """Fill the open slot if it is still empty (the first inner call wins); nothing while closed."""
+        if self._slot is not None and self._slot[0] is None:
+            self._slot[0] = value
+
+
 class TrainerHost:
     """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: everything the extensions use of TRL.
 
@@ -103,7 +142,6 @@ class TrainerHost:
         self._trainer = trainer
         self.args = trainer.args
         self.collectives = trainer.ext_collectives
-        self.ext_clock = trainer.ext_clock
 
     # ------------------------------------------------------------------ state
     @property
@@ -595,9 +633,9 @@ class GRPOExtTrainer(GRPOTrainer):
         self._check_dataset_size()
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
-        self._ext_rewards_per_func: torch.Tensor | None = None
-        self._ext_reward_call: dict[str, Any] | None = None
-        self._ext_loss_ctx: LossContext | None = None
+        # what TRL's scoring gives the batch's hooks, and the loss context TRL's policy forward fills (see HandOff)
+        self._ext_rewards = HandOff("_generate_and_score_completions")
+        self._ext_loss = HandOff("_compute_loss")
         self.extensions: dict[str, Extension] = {}
         self.ext_host = TrainerHost(self)
         for switch, registry in FAMILIES.items():  # one member per family, in the order the hooks run
@@ -609,7 +647,7 @@ class GRPOExtTrainer(GRPOTrainer):
             if cls.enabled(args):
                 self.extensions[name] = cls(self.ext_host)
         self.add_callback(MetricGroupsCallback())
-        self.add_callback(ExtTimingCallback(self.ext_host))  # last, so it times the monitor too
+        self.add_callback(ExtTimingCallback(self.ext_clock, self.ext_host))  # last, so it times the monitor too
 
     # ------------------------------------------------------------------ helpers
     def _check_dataset_size(self) -> None:
@@ -677,9 +715,14 @@ class GRPOExtTrainer(GRPOTrainer):
                 "the rewards."
             )
         self._log_reward_timeouts()
-        self._ext_rewards_per_func = rewards_per_func
-        self._ext_reward_call = dict(
-            inputs=inputs, prompts=prompts, completions=completions, completion_ids_list=completion_ids_list
+        self._ext_rewards.put(
+            dict(
+                rewards_per_func=rewards_per_func,
+                inputs=inputs,
+                prompts=prompts,
+                completions=completions,
+                completion_ids_list=completion_ids_list,
+            )
         )
 
     def _log_reward_timeouts(self) -> None:
@@ -695,25 +738,32 @@ class GRPOExtTrainer(GRPOTrainer):
         self._metrics[mode]["rewards/timeouts"].append(float(total - seen))
 
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+        with self._ext_rewards.open() as scored:  # TRL's own scoring of this batch fills it (_calculate_rewards)
+            output = super()._generate_and_score_completions(inputs)
         with self.ext_clock.measure():
-            self._on_generation(output)
+            self._on_generation(output, scored[0])
         return output
 
-    def _on_generation(self, output) -> None:
+    def _on_generation(self, output, scored: dict[str, Any]) -> None:
+        """Run the members' ``on_generation`` on TRL's output and the rewards TRL scored it with (``scored``:
+        ``rewards_per_func`` and the rows as TRL passed them to the reward functions)."""
+        if scored is None:
+            raise RuntimeError(
+                "GRPOExtTrainer: TRL's _generate_and_score_completions did not call _calculate_rewards; this TRL "
+                f"version ({trl.__version__}) is not supported (use trl>={TRL_VERSION},<1.17)."
+            )
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         local_rows = output["completion_ids"].size(0)
         rank = self.accelerator.process_index
         batch = GenerationBatch(
             output=output,
-            rewards_per_func=self._ext_rewards_per_func,
-            rewards=combined_rewards(self._ext_rewards_per_func, self.reward_weights),
+            rewards=combined_rewards(scored["rewards_per_func"], self.reward_weights),
             group_size=group_size,
             process_slice=slice(rank * local_rows, (rank + 1) * local_rows),
             mode=mode,
             gather_padded=self._gather_padded,
-            **self._ext_reward_call,
+            **scored,
         )
         if self.args.multi_objective_aggregation == "normalize_then_sum":
             # TRL's advantage (still its own here: no estimator ran yet) is what this aggregation ranks rows by.
@@ -728,7 +778,6 @@ class GRPOExtTrainer(GRPOTrainer):
                     splices.append(update.splice)
         for splice in splices:  # after every member: the others saw TRL's own samples
             self._apply_splice(batch, splice)
-        self._ext_rewards_per_func = self._ext_reward_call = None
 
     def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:
         """Write what a member returned into TRL's batch (the only place TRL's generation output is edited)."""
@@ -775,11 +824,8 @@ class GRPOExtTrainer(GRPOTrainer):
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
             ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
-        self._ext_loss_ctx = ctx
-        try:
+        with self._ext_loss.open(ctx):  # TRL's policy forward inside takes it (_get_per_token_logps_and_entropies)
             loss = super()._compute_loss(model, inputs)
-        finally:
-            self._ext_loss_ctx = None
         if ctx.logps is None:
             raise RuntimeError(
                 "GRPOExtTrainer: TRL's _compute_loss did not call _get_per_token_logps_and_entropies; this TRL version "
@@ -798,8 +844,8 @@ class GRPOExtTrainer(GRPOTrainer):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
-        ctx = self._ext_loss_ctx
-        if ctx is not None and ctx.logps is None:  # the differentiable call inside _compute_loss
+        ctx = self._ext_loss.take()  # the first call inside _compute_loss: the policy's differentiable forward
+        if ctx is not None:
             ctx.logps = logps
             ctx.entropies = entropies
             with self.ext_clock.measure():
@@ -808,36 +854,12 @@ class GRPOExtTrainer(GRPOTrainer):
                 for extension in self.extensions.values():
                     advantages = extension.shape_advantages(advantages, ctx)
                 ctx.inputs["advantages"] = advantages
-                ctx.policy_weight = self._trl_policy_weight(ctx)
+                ctx.policy_weight = trl_policy_weight(
+                    self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=ctx.inputs, old_logps=ctx.old_logps
+                )
                 for extension in self.extensions.values():
                     logps = extension.modify_logps(logps, ctx)
         return logps, entropies, aux
-
-    def _trl_policy_weight(self, ctx: LossContext) -> torch.Tensor | None:
-        """(B, T) the factor TRL 1.16's ``_compute_loss`` multiplies into its per-token policy loss, rebuilt with TRL's
-        own methods from the same inputs: the entropy mask (``top_entropy_quantile``), the off-policy sequence mask
-        (``off_policy_mask_threshold``) and vLLM's importance-sampling ratio. None when none applies."""
-        weight = None
-        mask = ctx.mask
-        if self.top_entropy_quantile < 1.0:
-            # Collective (gathers entropies): called on every rank for every micro-batch, as TRL's own call is.
-            entropy_mask = self.get_high_entropy_mask(ctx.entropies.detach(), mask, 1 - self.top_entropy_quantile)
-            weight = entropy_mask.to(ctx.logps.dtype)
-        if self.off_policy_mask_threshold is not None:
-            advantages = ctx.inputs["advantages"]
-            advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-            off_policy = self.get_off_policy_mask(
-                advantages=advantages,
-                per_token_logps=ctx.logps,
-                sampling_per_token_logps=ctx.inputs.get("sampling_per_token_logps", ctx.old_logps),
-                mask=mask,
-                off_policy_threshold=self.off_policy_mask_threshold,
-            ).to(ctx.logps.dtype)
-            weight = off_policy if weight is None else weight * off_policy
-        if self.use_vllm and self.vllm_importance_sampling_correction and self.loss_type != "vespo":
-            ratio = ctx.inputs["importance_sampling_ratio"].to(ctx.logps.dtype)
-            weight = ratio if weight is None else weight * ratio
-        return None if weight is None else weight.expand_as(mask).detach()
 
     # ------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, *args, **kwargs):

@@ -145,6 +145,35 @@ def reference_logps(trainer, input_ids, attention_mask, logits_to_keep) -> torch
         return logps(trainer.model, input_ids, attention_mask, logits_to_keep)[0]
 
 
+def trl_policy_weight(trainer, *, logps, entropies, mask, inputs: dict, old_logps) -> torch.Tensor | None:
+    """(B, T) the factor TRL 1.16's ``_compute_loss`` multiplies into its per-token policy loss (not the KL term),
+    rebuilt with TRL's own methods from the same micro-batch: the entropy mask (``top_entropy_quantile``, a
+    collective: every process calls it for every micro-batch, as TRL does), the off-policy sequence mask
+    (``off_policy_mask_threshold``) and vLLM's importance-sampling ratio (not for ``loss_type="vespo"``, which uses it
+    otherwise). None when none applies. Copied from ``_compute_loss`` (no hook returns it);
+    ``tests/test_trl_contract.py::test_policy_weight_parity_with_trls_loss_gradient`` checks it against the gradient
+    of TRL's own loss."""
+    weight = None
+    if trainer.top_entropy_quantile < 1.0:
+        entropy_mask = trainer.get_high_entropy_mask(entropies.detach(), mask, 1 - trainer.top_entropy_quantile)
+        weight = entropy_mask.to(logps.dtype)
+    if trainer.off_policy_mask_threshold is not None:
+        advantages = inputs["advantages"]
+        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        off_policy = trainer.get_off_policy_mask(
+            advantages=advantages,
+            per_token_logps=logps,
+            sampling_per_token_logps=inputs.get("sampling_per_token_logps", old_logps),
+            mask=mask,
+            off_policy_threshold=trainer.off_policy_mask_threshold,
+        ).to(logps.dtype)
+        weight = off_policy if weight is None else weight * off_policy
+    if trainer.use_vllm and trainer.vllm_importance_sampling_correction and trainer.loss_type != "vespo":
+        ratio = inputs["importance_sampling_ratio"].to(logps.dtype)
+        weight = ratio if weight is None else weight * ratio
+    return None if weight is None else weight.expand_as(mask).detach()
+
+
 def prepare_scoring_model(model, accelerator, *, deepspeed: bool):
     """A frozen scoring model (a PRM) placed as TRL 1.16's ``GRPOTrainer.__init__`` places its reward models: under
     DeepSpeed wrapped by TRL's ``prepare_deepspeed`` (under ZeRO-3 ``from_pretrained`` has already partitioned it, and

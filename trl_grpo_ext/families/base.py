@@ -4,6 +4,11 @@ An extension never sees the trainer: it gets a :class:`Host`, the one door to TR
 aggregation, seeded generators, collectives, the tokenizer, regeneration, scoring, policy log-probs). Every access to
 TRL's private attributes lives behind it, in ``trl_grpo_ext/trainer.py`` (``TrainerHost``); a TRL upgrade touches that
 file and ``trl_compat.py``, and ``tests/test_boundary.py`` fails if a family module reaches past the host.
+
+A member sees the host through a :class:`HostView`: what changes TRL's run beyond the loss (generating and scoring
+rollouts, setting beta, dropping the ratio clip, callbacks, a scoring model) is in :data:`CAPABILITIES`, and a member
+uses it only where its class declares it (``Extension.host_capabilities``); anything else raises an error naming the
+capability to declare.
 """
 
 from __future__ import annotations
@@ -131,6 +136,76 @@ class Host(Protocol):
 
     def vllm_is_ratio(self, old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor):
         """TRL's vLLM importance-sampling ratio for these tokens, or None when that correction is off."""
+
+
+#: Host members a family member may use only where its class declares the capability
+#: (``Extension.host_capabilities``); the rest of :class:`Host` (the run's state and settings, reading beta, metric
+#: logging, collectives, seeded generators, loss aggregation) is every member's.
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    # generate, score and run forwards outside TRL's own batch (AEPO, dynamic sampling)
+    "rollout": (
+        "regenerate", "draw_prompts", "score", "group_advantages", "policy_logps", "reference_logps",
+        "vllm_is_ratio", "truncated",
+    ),
+    "set_beta": (),  # assigning ``host.beta`` (the KL controllers); reading it is everyone's
+    "ratio_clip": ("drop_ratio_clip",),  # switch TRL's PPO ratio clip off (Clip-Cov)
+    "scoring_model": ("prepare_scoring_model", "reward_kwargs", "step_reward_funcs"),  # PRM step rewards
+    "callbacks": ("add_callback",),  # act at step ends (the collapse monitor)
+    "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
+    "completions_table": ("log_advantages",),  # TRL's completions table (the trainer's own)
+}  # fmt: skip
+_NEEDS = {name: capability for capability, names in CAPABILITIES.items() for name in names}
+_PROTOCOL = frozenset(
+    {name for name in vars(Host) if not name.startswith("_")} | set(Host.__annotations__) | {"feeds_collapse_monitor"}
+)
+
+
+class HostView:
+    """The :class:`Host` as one member sees it: every protocol member but the :data:`CAPABILITIES` its class did not
+    declare. Using one of those, or anything outside the protocol, is an ``AttributeError`` that names the member,
+    the capability and where to declare it, so a member cannot reach further into the run than its class says."""
+
+    def __init__(self, host: Host, capabilities, owner: str):
+        unknown = set(capabilities) - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f"{owner}.host_capabilities: unknown {sorted(unknown)}; choose from {list(CAPABILITIES)}.")
+        object.__setattr__(self, "_host", host)
+        object.__setattr__(self, "_capabilities", frozenset(capabilities))
+        object.__setattr__(self, "_owner", owner)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        needed = _NEEDS.get(name)
+        if needed is not None and needed not in self._capabilities:
+            raise AttributeError(
+                f"{self._owner} uses host.{name}, which needs the host capability {needed!r} that the class does not "
+                f"declare. Fix: add {needed!r} to {self._owner}.host_capabilities (trl_grpo_ext.families.base."
+                "CAPABILITIES lists what each capability allows)."
+            )
+        if name not in _PROTOCOL:
+            raise AttributeError(
+                f"{self._owner} uses host.{name}, which is not part of the Host protocol (trl_grpo_ext.families.base."
+                "Host): a member reaches TRL only through the host's declared members."
+            )
+        return getattr(self._host, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name != "beta":
+            raise AttributeError(f"{self._owner} sets host.{name}: only host.beta is settable.")
+        if "set_beta" not in self._capabilities:
+            raise AttributeError(
+                f"{self._owner} sets host.beta, which needs the host capability 'set_beta' that the class does not "
+                f"declare. Fix: add 'set_beta' to {self._owner}.host_capabilities."
+            )
+        setattr(self._host, name, value)
+
+
+def restrict(host: Host, member: type) -> HostView:
+    """``host`` as ``member`` (an :class:`Extension` subclass) may use it (a view of the unrestricted host)."""
+    if isinstance(host, HostView):
+        host = object.__getattribute__(host, "_host")
+    return HostView(host, getattr(member, "host_capabilities", ()), member.__name__)
 
 
 #: Key under which a filtered batch carries each row's keep flag through TRL's shuffle and split.
@@ -284,9 +359,12 @@ class Extension:
     example_config: ClassVar[dict[str, Any]] = {}
     #: The docs page of the method.
     docs: ClassVar[str] = ""
+    #: The :data:`CAPABILITIES` of the host the member uses beyond what every member may (its ``self.host`` is a
+    #: :class:`HostView` that refuses the others).
+    host_capabilities: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, host: Host):
-        self.host = host
+        self.host = restrict(host, type(self))
         self.args = host.args
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:

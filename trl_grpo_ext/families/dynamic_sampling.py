@@ -54,12 +54,13 @@ class DynamicSampling(PolicyFilter):
     )
     example_config = {"dynamic_sampling_max_rounds": 2}
     docs = "dynamic_sampling.md"
+    host_capabilities = ("rollout",)
 
     def __init__(self, host):
         super().__init__(host)
         self.strategy = "nonzero_std"  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
         if self.args.dynamic_sampling_max_rounds:
-            host.draw_prompts(0, torch.Generator())  # refuses, naming the fix, a dataset it cannot draw from
+            self.host.draw_prompts(0, torch.Generator())  # refuses, naming the fix, a dataset it cannot draw from
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode != "train":

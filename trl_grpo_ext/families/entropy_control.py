@@ -69,6 +69,7 @@ class AEPO(Extension):
     )
     example_config = {"aepo_adv_threshold": 0.0}
     docs = "aepo.md"
+    host_capabilities = ("rollout",)
 
     def __init__(self, host):
         super().__init__(host)

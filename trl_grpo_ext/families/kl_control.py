@@ -20,6 +20,8 @@ KL_CONTROLLERS.register("fixed")(Off)
 class _BetaControl(Extension):
     """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state."""
 
+    host_capabilities = ("set_beta",)
+
     controller: AdaptiveKLController
 
     def state_dict(self):
@@ -58,7 +60,7 @@ class AdaptiveKL(_BetaControl):
         self.controller = AdaptiveKLController(
             args.beta, args.kl_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
-        host.beta = self.controller.value
+        self.host.beta = self.controller.value
         self._window: torch.Tensor | None = None
 
     def after_loss(self, ctx: LossContext) -> None:
@@ -101,7 +103,7 @@ class DiversityKL(_BetaControl):
         self.controller = DiversityKLController(
             args.beta, args.kl_diversity_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
-        host.beta = self.controller.value
+        self.host.beta = self.controller.value
         self._warned_no_ngrams = False
 
     def on_generation(self, batch: GenerationBatch) -> None:

@@ -24,6 +24,7 @@ class CollapseObserver(Extension):
     every generation batch's completion ids (all processes) and every training loss pass's entropies."""
 
     docs = "monitoring.md"
+    host_capabilities = ("callbacks",)
 
     @staticmethod
     def enabled(args) -> bool:
@@ -31,7 +32,7 @@ class CollapseObserver(Extension):
 
     def __init__(self, host):
         super().__init__(host)
-        args = self.args
+        args, host = self.args, self.host
         self.monitor = CollapseMonitor(
             host,
             metrics=args.diversity_metrics,
@@ -67,6 +68,7 @@ class PassAtK(Extension):
     with ``eval_pass_greedy`` the accuracy of one greedy decode per prompt (``pass@k/greedy``)."""
 
     docs = "monitoring.md"
+    host_capabilities = ("evaluation",)
 
     @staticmethod
     def enabled(args) -> bool:

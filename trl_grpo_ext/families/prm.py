@@ -29,10 +29,11 @@ class PRMAdvantage(Extension):
 
     metrics = ("prm/steps_mean", "prm/no_step_frac", "prm/single_step_frac", "prm/adv_abs_mean")
     docs = "prm.md"
+    host_capabilities = ("scoring_model",)
 
     def __init__(self, host):
         super().__init__(host)
-        args = self.args
+        args, host = self.args, self.host
         self.sources = list(host.step_reward_funcs)
         if args.prm_model_name_or_path is not None:
             kwargs = dict(batch_size=args.prm_batch_size, device=host.device)

@@ -110,9 +110,11 @@ class KLCov(_CovarianceClip):
     metrics = ("kl_cov/selected_frac", "kl_cov/selected_tokens", "kl_cov/cov_mean", "kl_cov/penalty_mean")
     example_config = {"kl_cov_ratio": 0.05, "num_iterations": 2}
     docs = "clip_cov_kl_cov.md"
+    host_capabilities = ("ratio_clip",)
 
     def __init__(self, host):
         super().__init__(host)
+        host = self.host
         if not self.args.kl_cov_ppo_clip:
             logger.warning(
                 "token_clip='kl_cov' with kl_cov_ppo_clip=False switches TRL's PPO ratio clip off (epsilon_low=%s, "
