@@ -101,11 +101,6 @@ CONFIG_ERRORS = [
     ("aepo_regenerate_fraction", dict(AEPO, aepo_regenerate_fraction=1.5)),
     ("aepo_regenerate_fraction", dict(AEPO, aepo_regenerate_fraction=25)),  # a percentage
     ("aepo_mode", dict(AEPO, aepo_mode="reference")),
-    ("aepo_first_step", dict(AEPO, aepo_first_step=0.0)),  # the entropy, not the switch
-    ("aepo_cap_rule", dict(AEPO, aepo_cap_rule="halve")),
-    ("aepo_sample_order", dict(AEPO, aepo_sample_order="last")),
-    ("aepo_entropy_estimator", dict(AEPO, aepo_entropy_estimator="mean_logp")),
-    ("aepo_at_target", dict(AEPO, aepo_at_target="<=")),
     ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=-0.1)),
     ("clip_cov_ratio", dict(token_clip="clip_cov", clip_cov_ratio=NAN)),
     ("kl_cov_ratio", dict(KL_COV, kl_cov_ratio=0.0)),

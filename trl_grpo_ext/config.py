@@ -13,17 +13,10 @@ from typing import Literal
 
 from trl import GRPOConfig
 
-#: AEPO's fields as trl_grpo_ext 0.1.0 ran it (a separate unclipped term over the whole batch regenerated, exact
-#: entropy); the defaults are the reference code's. ``GRPOExtConfig(entropy_control="aepo", **AEPO_0_1_0)``.
-AEPO_0_1_0 = {
-    "aepo_mode": "term",
-    "aepo_regenerate_fraction": 1.0,
-    "aepo_first_step": "low",
-    "aepo_at_target": "low",
-    "aepo_cap_rule": "halve_cap",
-    "aepo_sample_order": "random",
-    "aepo_entropy_estimator": "exact",
-}
+#: AEPO's fields as trl_grpo_ext 0.1.0 ran it (a separate unclipped term over the whole batch regenerated, with
+#: 0.1.0's rules: see ``aepo_mode``); the defaults are the reference code's.
+#: ``GRPOExtConfig(entropy_control="aepo", **AEPO_0_1_0)``.
+AEPO_0_1_0 = {"aepo_mode": "term", "aepo_regenerate_fraction": 1.0}
 
 #: A token-clip ratio above this is more likely a percentage pasted as a fraction (0.2 for 0.2%) than intended.
 PERCENT_TRAP_RATIO = 0.05
@@ -632,32 +625,23 @@ class EntropyControlConfig(ConfigSection):
         aepo_adv_threshold (`float`, *optional*, defaults to `0.05`):
             Group advantage above which a temperature-T sample is reinforced.
         aepo_mode (`str`, *optional*, defaults to `"splice"`):
-            How the reinforced samples train. `"splice"` (the reference code's): they replace the first rows of the
-            training batch (batch size unchanged) with advantage `aepo_coef` and go through TRL's own loss (same
-            PPO clip, loss type and every other family). `"term"`: a separate, unclipped REINFORCE term
-            `aepo_coef * mean(-exp(logp - old_logp))` over the samples, added to TRL's untouched loss.
+            How the reinforced samples train, and by which rules. `"splice"` (the reference code's): they replace the
+            first rows of the training batch (batch size unchanged) with advantage `aepo_coef` and go through TRL's
+            own loss (same PPO clip, loss type and every other family); the reference's rules: the first batch, with
+            nothing measured, takes T_high and the full cap; entropy exactly at the target counts as below it (`<=`);
+            above the target `min(aepo_max_samples, n) // 2` samples train, the first ones in batch order; the
+            entropy steered on is `-log p` of the trained (sampled) tokens, which reads above the policy's own on hot
+            samples. `"term"` (0.1.0's): a separate, unclipped REINFORCE term `aepo_coef * mean(-exp(logp -
+            old_logp))` over the samples, added to TRL's untouched loss; 0.1.0's rules: the first batch counts as
+            above the target, the target itself too, above it `min(n, aepo_max_samples // 2)` samples train, drawn
+            uniformly (a generator seeded alike on every process), and the entropy steered on is the
+            full-distribution entropy at each trained position. Until 0.2.0 each rule was a field of its own
+            (`aepo_first_step`, `aepo_at_target`, `aepo_cap_rule`, `aepo_sample_order`, `aepo_entropy_estimator`;
+            CHANGELOG.md).
         aepo_regenerate_fraction (`float`, *optional*, defaults to `0.25`):
             Fraction of the batch's prompt groups generated again at T (reference: the first quarter). Each process
             regenerates its first `floor(fraction x its groups)` groups (at least one); a process whose rows split a
             group regenerates all its rows. `1.0` regenerates every prompt.
-        aepo_first_step (`str`, *optional*, defaults to `"high"`):
-            The first batch, before any entropy is measured: `"high"` (reference: its entropy starts at 0, so T_high
-            and the full cap) or `"low"` (counted as above target: T_low and the halved cap).
-        aepo_at_target (`str`, *optional*, defaults to `"high"`):
-            Entropy exactly at the target counts as below it (`"high"`, the reference's `<=`: T_high) or above it
-            (`"low"`: T_low).
-        aepo_cap_rule (`str`, *optional*, defaults to `"halve_count"`):
-            `"halve_count"` (reference): `min(aepo_max_samples, n)` samples below target, half of that (floor) above
-            it (20 of n = 40, 0 of n = 1). `"halve_cap"`: `min(n, aepo_max_samples)` below target,
-            `min(n, max(aepo_max_samples // 2, 1))` above it.
-        aepo_sample_order (`str`, *optional*, defaults to `"first"`):
-            Which samples the cap keeps: the first in batch order (`"first"`, reference) or a uniform draw with a
-            generator seeded alike on every process (`"random"`).
-        aepo_entropy_estimator (`str`, *optional*, defaults to `"sampled"`):
-            The entropy AEPO steers on, a token mean over the trained tokens of the last optimizer step:
-            `"sampled"` (reference): `-log p` of the sampled tokens (including the spliced hot samples, so it reads
-            higher than the policy's entropy); `"exact"`: the full-distribution entropy at each position. Targets
-            quoted from the paper assume `"sampled"`.
 
         entropy_adv_alpha (`float`, *optional*, defaults to `0.4`):
             With `entropy_control="entropy_advantage"` (Cheng et al. 2025, arXiv 2506.14758): every trained token's
@@ -666,9 +650,8 @@ class EntropyControlConfig(ConfigSection):
         entropy_adv_kappa (`float`, *optional*, defaults to `2.0`):
             Cap of the entropy bonus as a fraction `1 / kappa` of `|A_t|`; `kappa >= 1` keeps every advantage's sign.
 
-        Up to version 0.1.0 the behaviour was `aepo_mode="term"`, `aepo_regenerate_fraction=1.0`,
-        `aepo_first_step="low"`, `aepo_at_target="low"`, `aepo_cap_rule="halve_cap"`,
-        `aepo_sample_order="random"`, `aepo_entropy_estimator="exact"` (`trl_grpo_ext.config.AEPO_0_1_0`).
+        Up to version 0.1.0 the behaviour was `aepo_mode="term"`, `aepo_regenerate_fraction=1.0`
+        (`trl_grpo_ext.config.AEPO_0_1_0`).
     """
 
     entropy_control: Literal["none", "aepo", "entropy_advantage"] = field(
@@ -693,23 +676,6 @@ class EntropyControlConfig(ConfigSection):
     )
     aepo_regenerate_fraction: float = field(
         default=0.25, metadata={"help": "Fraction of the prompt groups generated again at T (reference: 0.25)."}
-    )
-    aepo_first_step: Literal["high", "low"] = field(
-        default="high", metadata={"help": "First batch, nothing measured yet: 'high' (reference: T_high) or 'low'."}
-    )
-    aepo_at_target: Literal["high", "low"] = field(
-        default="high", metadata={"help": "Temperature at exactly the target: 'high' (reference, <=) or 'low'."}
-    )
-    aepo_cap_rule: Literal["halve_count", "halve_cap"] = field(
-        default="halve_count",
-        metadata={"help": "Above target: 'halve_count' (reference) min(cap, n) // 2, or 'halve_cap' min(n, cap // 2)."},
-    )
-    aepo_sample_order: Literal["first", "random"] = field(
-        default="first", metadata={"help": "Which samples the cap keeps: 'first' (reference) or 'random'."}
-    )
-    aepo_entropy_estimator: Literal["sampled", "exact"] = field(
-        default="sampled",
-        metadata={"help": "Entropy AEPO steers on: 'sampled' (reference) -mean(logp), or 'exact' entropy."},
     )
     entropy_adv_alpha: float = field(
         default=0.4, metadata={"help": "entropy_advantage: bonus alpha * H_t per token (capped at |A| / kappa)."}

@@ -3,7 +3,7 @@
 Replaces an entropy bonus by a REINFORCE term on samples drawn from a temperature-adjusted policy:
 
     grad J_AEPO = grad J_GRPO + alpha * E_{o ~ pi^T}[ grad log pi(o | q) * R(q, o) ],
-    T = T_high if H(pi_old) <= H_target else T_low   (the reference code tests <=; see aepo_at_target).
+    T = T_high if H(pi_old) <= H_target else T_low   (the reference code tests <=; see at_target).
 
 Sampling hotter than the policy when its entropy is under target (colder when above) and reinforcing the good
 samples pulls the policy's entropy toward the target. Reference implementation (597358816/AEPO, ``ray_trainer.py``):

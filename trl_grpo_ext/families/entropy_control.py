@@ -26,21 +26,36 @@ logger = logging.getLogger(__name__)
 ENTROPY_CONTROLS.register("none")(Off)
 
 
+#: The rules of each ``aepo_mode`` (the fields of trl_grpo_ext 0.2.0 and earlier; CHANGELOG.md): ``splice`` runs the
+#: reference code's, ``term`` 0.1.0's. first_step: the first batch, nothing measured yet, counts as below the target
+#: ("high") or above it; at_target: entropy exactly at the target counts as below ("high", the reference's <=) or
+#: above; cap_rule and sample_order: how many candidates train and which (trl_grpo_ext.core.aepo); entropy_estimator:
+#: what is steered on (-log p of the sampled tokens, or the full-distribution entropy).
+AEPO_RULES: dict[str, dict[str, str]] = {
+    "splice": dict(
+        first_step="high", at_target="high", cap_rule="halve_count", sample_order="first", entropy_estimator="sampled"
+    ),
+    "term": dict(
+        first_step="low", at_target="low", cap_rule="halve_cap", sample_order="random", entropy_estimator="exact"
+    ),
+}
+
+
 @ENTROPY_CONTROLS.register("aepo")
 class AEPO(Extension):
     """AEPO (arXiv 2510.08141) on top of whatever GRPO loss runs; by default as the authors' code runs it.
 
     Per training generation batch:
 
-    1. the entropy estimate (``aepo_entropy_estimator``) of the previous optimizer step's trained tokens, all-reduced
-       so every process reads the same value (``aepo_first_step`` decides the first batch), chooses
-       ``T = aepo_temperature_high`` at or under ``aepo_target_entropy`` (``aepo_at_target``), else
-       ``aepo_temperature_low``;
+    1. the entropy estimate (:data:`AEPO_RULES` of ``aepo_mode``: ``entropy_estimator``) of the previous optimizer
+       step's trained tokens, all-reduced so every process reads the same value (``first_step`` decides the first
+       batch), chooses ``T = aepo_temperature_high`` under ``aepo_target_entropy`` (``at_target`` decides equality),
+       else ``aepo_temperature_low``;
     2. the first ``aepo_regenerate_fraction`` of this process's prompt groups are generated again at T through TRL's
        own ``_generate`` (transformers or vLLM) and scored by the same reward functions; TRL's completion metrics are
        left untouched by this extra generation;
-    3. samples whose group advantage exceeds ``aepo_adv_threshold`` are candidates; ``aepo_cap_rule`` says how many
-       train (``aepo_max_samples``, halved above target), ``aepo_sample_order`` which;
+    3. samples whose group advantage exceeds ``aepo_adv_threshold`` are candidates; ``cap_rule`` says how many
+       train (``aepo_max_samples``, halved above target), ``sample_order`` which;
     4. ``aepo_mode="splice"``: they replace the first rows of this process's training batch with advantage
        ``aepo_coef`` (the trainer rebuilds TRL's masks and log-probs for them) and train through TRL's own loss;
        ``aepo_mode="term"``: their REINFORCE term ``aepo_coef * mean_tokens(-exp(logp - old_logp))`` (old log-probs
@@ -127,12 +142,12 @@ class AEPO(Extension):
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode != "train":
             return None
-        args, host = self.args, self.host
+        args, host, rules = self.args, self.host, AEPO_RULES[self.args.aepo_mode]
         start = time.perf_counter()
         if self.last_entropy is None:
-            below = args.aepo_first_step == "high"  # the reference starts from entropy 0: below any target
+            below = rules["first_step"] == "high"  # the reference starts from entropy 0: below any target
         else:
-            below = aepo_below_target(self.last_entropy, target=args.aepo_target_entropy, at_target=args.aepo_at_target)
+            below = aepo_below_target(self.last_entropy, target=args.aepo_target_entropy, at_target=rules["at_target"])
         temperature = args.aepo_temperature_high if below else args.aepo_temperature_low
         self.temperature = temperature
         local_rows = len(batch.prompts)
@@ -145,10 +160,10 @@ class AEPO(Extension):
             truncated = torch.tensor(host.truncated(rollout.completion_ids), device=rewards.device)
             candidates &= ~host.gather(truncated).bool()
         count = aepo_sample_count(
-            int(candidates.sum()), below_target=below, max_samples=args.aepo_max_samples, cap_rule=args.aepo_cap_rule
+            int(candidates.sum()), below_target=below, max_samples=args.aepo_max_samples, cap_rule=rules["cap_rule"]
         )
         generator = host.generator("aepo", per_rank=False, device=rewards.device)
-        keep = aepo_pick(candidates, count, order=args.aepo_sample_order, generator=generator)
+        keep = aepo_pick(candidates, count, order=rules["sample_order"], generator=generator)
         rank = batch.process_slice.start // max(local_rows, 1)
         local = keep[rank * rows : (rank + 1) * rows].nonzero().flatten().tolist()
         update = None
@@ -225,11 +240,10 @@ class AEPO(Extension):
     def after_loss(self, ctx: LossContext) -> None:
         if ctx.mode != "train" or ctx.logps is None:
             return
-        if ctx.entropies is None and self.args.aepo_entropy_estimator == "exact":
+        estimator = AEPO_RULES[self.args.aepo_mode]["entropy_estimator"]
+        if ctx.entropies is None and estimator == "exact":
             return
-        stats = aepo_entropy_sums(
-            logps=ctx.logps, entropies=ctx.entropies, mask=ctx.mask, estimator=self.args.aepo_entropy_estimator
-        )
+        stats = aepo_entropy_sums(logps=ctx.logps, entropies=ctx.entropies, mask=ctx.mask, estimator=estimator)
         self._window = stats if self._window is None else self._window + stats
         if self.host.step_end:
             total, count = self.host.collectives.all_sum(self._window.float()).tolist()
