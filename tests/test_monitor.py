@@ -332,34 +332,20 @@ def test_offline_wandb_run_has_every_documented_key(make_trainer, tmp_path, monk
     wandb.finish()
     run_file = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "*.wandb"))[0]
     keys, metrics = history_keys_and_metrics(run_file)
-    documented = [
-        "kl/beta",
-        "kl/value",
-        "kl/target",
-        "entropy/mean",
-        "entropy/p10",
-        "entropy/p50",
-        "entropy/p90",
-        "entropy/low_frac",
-        "diversity/distinct_1",
-        "diversity/distinct_2",
-        "diversity/distinct_3",
-        "diversity/distinct_4",
-        "diversity/distinct_2_in_group",
-        "diversity/self_bleu",
-        "diversity/repetition",
-        "diversity/unique_frac",
-        "alarm/collapse",
-        "clip_cov/selected_frac",
-        "clip_cov/cov_mean",
-        "filter/kept_frac",
-        "filter/kept_reward_mean",
-        "timing/ext_s",
-        "timing/ext_fraction",
-    ]
+    from trl_grpo_ext.callbacks import metric_groups
+    from trl_grpo_ext.families import TRAINER_METRICS, declared_metrics
+
+    # what this run's members, monitor and timing callback declare (rewards/timeouts: only once math answers are
+    # scored in the worker pool)
+    declared = [k for keys in declared_metrics(trainer.extensions.values()).values() for k in keys]
+    documented = [k for k in declared if k not in TRAINER_METRICS]
+    assert {"kl/beta", "clip_cov/selected_frac", "filter/kept_frac", "diversity/distinct_4", "timing/ext_s"} <= set(
+        documented
+    )
     missing = [k for k in documented if f"train/{k}" not in keys]
     assert not missing, missing
-    assert {"train/kl/*", "train/entropy/*", "train/diversity/*"} <= metrics
+    assert {f"train/{group}/*" for group in metric_groups(declared)} <= metrics
+    assert {"train/kl/*", "train/entropy/*", "train/diversity/*", "train/timing/*"} <= metrics
     assert any(k.startswith("completions/") for k in keys)  # the completions table
 
 
@@ -437,18 +423,43 @@ def test_plots_give_each_run_one_colour_and_each_metric_one_line_style(tmp_path,
 
 def test_dashboard_spec_without_network(capsys):
     from trl_grpo_ext import dashboard
-
-    workspace = dashboard.build_workspace("my-entity", "my-project")
+    from trl_grpo_ext.callbacks import monitor_metric_keys
     from trl_grpo_ext.families import FAMILIES
 
+    workspace = dashboard.build_workspace("my-entity", "my-project")
     shown = {key for keys in dashboard.sections().values() for key in keys}
     declared = {f"train/{m}" for reg in FAMILIES.values() for n in reg.names() for m in reg.get(n).metrics}
     assert declared and declared <= shown  # every member's declared metric has a panel
+    # the monitor's keys (Distinct-1/2) come from its own declaration: a metric it adds appears without editing
+    assert {f"train/{k}" for k in monitor_metric_keys(ngram_sizes=(1, 2))} <= shown
     panels = {p.y[0] for s in workspace.sections for p in s.panels}
     assert {"train/kl/beta", "train/diversity/distinct_2", "train/entropy/p10", "train/alarm/collapse"} <= panels
     dashboard.main(["--entity", "my-entity", "--project", "my-project", "--dry-run"])
     spec = json.loads(capsys.readouterr().out)
     assert spec["entity"] == "my-entity" and "train/kl/beta" in json.dumps(spec)
+
+
+def test_every_plotted_and_grouped_metric_is_declared_once():
+    """The curated plot panels name only declared keys (a renamed metric fails here, not silently in a plot), the
+    monitor's declaration matches what it logs, and wandb's metric groups come from the declarations."""
+    import torch
+
+    from trl_grpo_ext.callbacks import CollapseMonitor, MetricGroupsCallback, monitor_metric_keys
+    from trl_grpo_ext.plot import PANELS, undeclared_panel_keys
+
+    assert undeclared_panel_keys() == []
+    saved = PANELS["training"]
+    PANELS["training"] = [*saved, ("typo", ["kl/betta"])]
+    try:
+        assert undeclared_panel_keys() == ["kl/betta"]
+    finally:
+        PANELS["training"] = saved
+    monitor = CollapseMonitor(type("Host", (), {"feeds_collapse_monitor": True})(), ngram_sizes=(1, 2))
+    ids = torch.tensor([[1, 2, 3, 4], [1, 2, 1, 2], [5, 6, 7, 8], [5, 6, 5, 6]])
+    logged = set(monitor.diversity_metrics(ids, torch.ones_like(ids, dtype=torch.bool), group_size=2))
+    assert logged == {k for k in monitor_metric_keys(ngram_sizes=(1, 2)) if k.startswith("diversity/")}
+    callback = MetricGroupsCallback(["kl/beta", "kl/value", "aepo/temperature", "reward"])
+    assert callback.groups == ("kl", "aepo")
 
 
 def test_monitor_rejects_bad_arguments(make_trainer):

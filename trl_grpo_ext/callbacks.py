@@ -44,6 +44,24 @@ METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
 ACTIONS = ("warn", "save", "stop")
 
 
+def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4)) -> tuple[str, ...]:
+    """Every key :class:`CollapseMonitor` logs with these ``metrics`` and ``ngram_sizes`` (training batches; the
+    evaluation batches' diversity keys are the same under ``eval_``): the one list dashboards and plots read."""
+    keys = []
+    if "distinct" in metrics:
+        keys += [f"diversity/distinct_{n}" for n in ngram_sizes]
+        keys += [f"diversity/distinct_{n}_in_group" for n in ngram_sizes]
+    if "self_bleu" in metrics:
+        keys.append("diversity/self_bleu")
+    if "repetition" in metrics:
+        keys.append("diversity/repetition")
+    if "unique" in metrics:
+        keys.append("diversity/unique_frac")
+    if "entropy" in metrics:
+        keys += ["entropy/mean", "entropy/p10", "entropy/p50", "entropy/p90", "entropy/low_frac"]
+    return (*keys, "alarm/collapse")
+
+
 class ExtClock:
     """Wall time spent in the plugin's own code (hooks, extensions, monitor); nested sections count once.
 
@@ -375,6 +393,9 @@ class CollapseMonitor(TrainerCallback):
 
 
 class ExtTimingCallback(TrainerCallback):
+    #: What it logs.
+    metrics = ("timing/ext_s", "timing/ext_fraction")
+
     """Logs ``timing/ext_s`` (seconds of plugin code in the optimizer step) and ``timing/ext_fraction`` (that over the
     step's wall time, from ``on_step_begin`` to ``on_step_end``). ``1 / (1 - ext_fraction)`` estimates the slowdown
     against ``trl.GRPOTrainer`` caused by the plugin's own work; it leaves out the backward pass through token-clip
@@ -383,6 +404,7 @@ class ExtTimingCallback(TrainerCallback):
     """
 
     def __init__(self, clock: ExtClock, host):
+        """``clock``: the trainer's :class:`ExtClock`; ``host``: the trainer's Host (metric logging)."""
         self.clock = clock  # the trainer's clock of plugin time
         self.host = host  # the trainer's Host: metric logging
         self._start: float | None = None
@@ -397,31 +419,25 @@ class ExtTimingCallback(TrainerCallback):
             return control
         wall = time.perf_counter() - self._start
         seconds = self.clock.seconds
-        self.host.log("train", "timing/ext_s", seconds)
-        self.host.log("train", "timing/ext_fraction", seconds / wall if wall > 0 else 0.0)
+        seconds_key, fraction_key = self.metrics
+        self.host.log("train", seconds_key, seconds)
+        self.host.log("train", fraction_key, seconds / wall if wall > 0 else 0.0)
         self._start = None
         return control
 
 
-#: Metric namespaces that get their own wandb section and step axis.
-METRIC_GROUPS = (
-    "kl",
-    "entropy",
-    "diversity",
-    "clip_cov",
-    "kl_cov",
-    "filter",
-    "prm",
-    "alarm",
-    "aepo",
-    "rewards",
-    "timing",
-)
+def metric_groups(keys) -> tuple[str, ...]:
+    """The namespaces (``kl``, ``diversity``, ...) of metric keys, in first-seen order."""
+    return tuple(dict.fromkeys(key.split("/")[0] for key in keys if "/" in key))
 
 
 class MetricGroupsCallback(TrainerCallback):
     """Declares the plugin's metric namespaces to wandb (``define_metric``) so every panel plots against the global
-    step and dashboards group them by prefix. Does nothing without an active wandb run."""
+    step and dashboards group them by prefix. Does nothing without an active wandb run. ``keys``: the metrics the
+    run's members declare (``GRPOExtTrainer`` passes them: ``trl_grpo_ext.families.declared_metrics``)."""
+
+    def __init__(self, keys=()):
+        self.groups = metric_groups(keys)
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not args.report_to or "wandb" not in args.report_to:
@@ -433,6 +449,6 @@ class MetricGroupsCallback(TrainerCallback):
         if wandb.run is None:
             return control
         wandb.define_metric("train/global_step")
-        for group in METRIC_GROUPS:
+        for group in self.groups:
             wandb.define_metric(f"train/{group}/*", step_metric="train/global_step")
         return control

@@ -10,37 +10,33 @@ from __future__ import annotations
 import argparse
 import json
 
-#: Sections of TRL's own metrics and the collapse monitor's; every family gets one more section, built from what its
-#: registered members declare (``Extension.metrics``), so a new member shows up without editing this file.
-BASE_SECTIONS = {
-    "KL": ["train/kl", "train/clip_ratio/region_mean"],
-    "Entropy": [
-        "train/entropy",
-        "train/entropy/mean",
-        "train/entropy/p10",
-        "train/entropy/p50",
-        "train/entropy/p90",
-        "train/entropy/low_frac",
-    ],
-    "Diversity and collapse": [
-        "train/diversity/distinct_1",
-        "train/diversity/distinct_2",
-        "train/diversity/distinct_2_in_group",
-        "train/diversity/self_bleu",
-        "train/diversity/repetition",
-        "train/diversity/unique_frac",
-        "train/alarm/collapse",
-    ],
-    "Rewards": ["train/reward", "train/reward_std", "train/frac_reward_zero_std", "train/rewards/timeouts"],
-    "Cost": ["train/timing/ext_fraction", "train/timing/ext_s", "train/step_time"],
-}
+
+def base_sections() -> dict[str, list[str]]:
+    """Sections of TRL's own metrics (``trl_compat.TRL_METRICS``), the collapse monitor's, the trainer's and the
+    timing callback's, every key from where it is declared (``trl_grpo_ext.families.declared_metrics``)."""
+    from .callbacks import monitor_metric_keys
+    from .families import declared_metrics
+    from .trl_compat import TRL_METRICS
+
+    declared = declared_metrics([])  # the trainer's and the timing callback's own
+    monitor = monitor_metric_keys(ngram_sizes=(1, 2))
+    trl = {key: f"train/{key}" for key in TRL_METRICS}
+    return {
+        "KL": [trl["kl"], trl["clip_ratio/region_mean"]],
+        "Entropy": [trl["entropy"], *(f"train/{k}" for k in monitor if k.startswith("entropy/"))],
+        "Diversity and collapse": [f"train/{k}" for k in monitor if not k.startswith("entropy/")],
+        "Rewards": [trl["reward"], trl["reward_std"], trl["frac_reward_zero_std"]]
+        + [f"train/{k}" for k in declared["GRPOExtTrainer"]],
+        "Cost": [*(f"train/{k}" for k in declared["ExtTimingCallback"]), trl["step_time"]],
+    }
 
 
 def sections() -> dict[str, list[str]]:
-    """The dashboard's sections: :data:`BASE_SECTIONS`, then one per family listing its members' declared metrics."""
+    """The dashboard's sections: :func:`base_sections`, then one per family listing its members' declared metrics,
+    so a new member shows up without editing this file."""
     from .families import FAMILIES
 
-    out = dict(BASE_SECTIONS)
+    out = base_sections()
     for switch, registry in FAMILIES.items():
         keys = list(dict.fromkeys(f"train/{m}" for name in registry.names() for m in registry.get(name).metrics))
         if keys:

@@ -13,6 +13,8 @@ import json
 import os
 from pathlib import Path
 
+#: The curated figures (title, keys); every key is one some owner declares (TRL's ``trl_compat.TRL_METRICS``, a
+#: member's ``metrics``, the monitor's ``monitor_metric_keys``): :func:`undeclared_panel_keys` lists any that is not.
 PANELS = {
     "training": [
         ("reward", ["reward"]),
@@ -83,6 +85,15 @@ def panels() -> dict[str, list[tuple[str, list[str]]]]:
         for switch, registry in FAMILIES.items()
     ]
     return out
+
+
+def undeclared_panel_keys() -> list[str]:
+    """Keys of :data:`PANELS` that no owner declares (a renamed or mistyped metric; empty when all is well)."""
+    from .families import declared_metrics
+    from .trl_compat import TRL_METRICS
+
+    known = set(TRL_METRICS) | {key for keys in declared_metrics().values() for key in keys}
+    return [key for figure in PANELS.values() for _, keys in figure for key in keys if key not in known]
 
 
 def load_log_history(run_dir: str | Path) -> list[dict]:

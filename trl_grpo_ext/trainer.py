@@ -40,7 +40,7 @@ from trl import GRPOTrainer
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
-from .families import FAMILIES, Extension, GenerationBatch, LossContext
+from .families import FAMILIES, TRAINER_METRICS, Extension, GenerationBatch, LossContext, declared_metrics
 from .families.base import KEEP_KEY, GenerationUpdate
 from .families.observers import OBSERVERS
 from .rollouts import Rollout, apply_splice
@@ -646,7 +646,8 @@ class GRPOExtTrainer(GRPOTrainer):
             cls = OBSERVERS.get(name)
             if cls.enabled(args):
                 self.extensions[name] = cls(self.ext_host)
-        self.add_callback(MetricGroupsCallback())
+        declared = declared_metrics(self.extensions.values())
+        self.add_callback(MetricGroupsCallback(key for keys in declared.values() for key in keys))
         self.add_callback(ExtTimingCallback(self.ext_clock, self.ext_host))  # last, so it times the monitor too
 
     # ------------------------------------------------------------------ helpers
@@ -735,7 +736,8 @@ class GRPOExtTrainer(GRPOTrainer):
         seen = self._ext_reward_timeouts_seen
         self._ext_reward_timeouts_seen = total
         mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["rewards/timeouts"].append(float(total - seen))
+        (key,) = TRAINER_METRICS
+        self._metrics[mode][key].append(float(total - seen))
 
     def _generate_and_score_completions(self, inputs):
         with self._ext_rewards.open() as scored:  # TRL's own scoring of this batch fills it (_calculate_rewards)

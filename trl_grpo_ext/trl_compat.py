@@ -195,6 +195,9 @@ def default_output_dir(model) -> str:
     return f"{model_name.split('/')[-1]}-GRPO"
 
 
+#: Metrics TRL 1.16's GRPOTrainer logs that the plugin's dashboards and plots show beside its own.
+TRL_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean", "step_time")
+
 #: Every ``GRPOTrainer`` 1.16 method and attribute trl_grpo_ext reads or writes (all in ``trainer.py``, most behind
 #: ``TrainerHost``). A TRL port reviews exactly these; ``tests/test_boundary.py`` checks the list is complete and
 #: that each name exists in the installed TRL.

@@ -47,7 +47,31 @@ from .base import (
 from .base import registry_for as registry_for
 from .observers import OBSERVERS
 
+#: Metrics the trainer logs itself (not a member's): math answers stopped by a time bound.
+TRAINER_METRICS = ("rewards/timeouts",)
+
+
+def declared_metrics(members=None) -> dict[str, tuple[str, ...]]:
+    """The one source of the plugin's metric names: owner -> the keys it declares, for ``members`` (classes or
+    instances; default: every registered family member and observer), the timing callback and the trainer itself.
+    Dashboards, plots, wandb's metric groups and the tests read it; a new member's ``metrics`` appear everywhere."""
+    from ..callbacks import ExtTimingCallback
+
+    if members is None:
+        members = [reg.get(name) for reg in (*FAMILIES.values(), OBSERVERS) for name in reg.names()]
+    out: dict[str, tuple[str, ...]] = {}
+    for member in members:
+        cls = member if isinstance(member, type) else type(member)
+        if cls.metrics:
+            out[cls.__name__] = tuple(cls.metrics)
+    out["ExtTimingCallback"] = ExtTimingCallback.metrics
+    out["GRPOExtTrainer"] = TRAINER_METRICS
+    return out
+
+
 __all__ = [
+    "TRAINER_METRICS",
+    "declared_metrics",
     "ADVANTAGE_ESTIMATORS",
     "ADVANTAGE_WEIGHTINGS",
     "ENTROPY_CONTROLS",

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..callbacks import CollapseMonitor
+from ..callbacks import CollapseMonitor, monitor_metric_keys
 from ..core.diversity import pass_at_k
 from ..core.registry import Registry
 from .base import Extension, GenerationBatch, LossContext
@@ -25,6 +25,8 @@ class CollapseObserver(Extension):
 
     docs = "monitoring.md"
     host_capabilities = ("callbacks",)
+    #: Every key the monitor can log (which of them a run logs: ``diversity_metrics``, ``diversity_ngram_sizes``).
+    metrics = monitor_metric_keys()
 
     @staticmethod
     def enabled(args) -> bool:
@@ -69,6 +71,9 @@ class PassAtK(Extension):
 
     docs = "monitoring.md"
     host_capabilities = ("evaluation",)
+    #: Evaluation keys (``eval_`` prefixed in the logs): one ``pass@k/sampled_{k}`` per ``eval_pass_at_k``, and the
+    #: greedy accuracy with ``eval_pass_greedy``.
+    metrics = ("pass@k/sampled_{k}", "pass@k/greedy")
 
     @staticmethod
     def enabled(args) -> bool:

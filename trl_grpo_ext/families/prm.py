@@ -27,7 +27,14 @@ class PRMAdvantage(Extension):
     ``c * A_outcome`` (TRL's group-normalised outcome advantage) to every token.
     """
 
-    metrics = ("prm/steps_mean", "prm/no_step_frac", "prm/single_step_frac", "prm/adv_abs_mean")
+    metrics = (
+        "prm/steps_mean",
+        "prm/no_step_frac",
+        "prm/single_step_frac",
+        "prm/step_reward_mean",
+        "prm/nan_step_frac",
+        "prm/adv_abs_mean",
+    )
     docs = "prm.md"
     host_capabilities = ("scoring_model",)
 
