@@ -314,3 +314,17 @@ def test_handoff_gives_the_value_to_the_first_inner_call_only():
     with handoff.open(), pytest.raises(RuntimeError, match="outer: opened again"):
         with handoff.open():
             pass
+
+
+def test_config_imports_no_behaviour():
+    """config.py validates against trl_grpo_ext.names (registries, metric names, TRL's loss types), never the
+    families, the monitor or the TRL copies, at module level or inside a check."""
+    tree = ast.parse((PACKAGE / "config.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported.add(("." * node.level) + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    ours = {name for name in imported if name.startswith(".") or name.startswith("trl_grpo_ext")}
+    assert ours == {".names"}, ours

@@ -37,11 +37,12 @@ from transformers import TrainerCallback
 
 from .core.diversity import batch_diversity, repetition_rates
 from .core.state import state_number
+from .names import ALARM_ACTIONS, DIVERSITY_METRICS
 
 logger = logging.getLogger(__name__)
 
-METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
-ACTIONS = ("warn", "save", "stop")
+METRICS = DIVERSITY_METRICS
+ACTIONS = ALARM_ACTIONS
 
 
 def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4)) -> tuple[str, ...]:

@@ -13,6 +13,8 @@ from typing import Literal
 
 from trl import GRPOConfig
 
+from .names import DIVERSITY_METRICS, FAMILIES, KNOWN_LOSS_TYPES, TRL_VERSION, registry_for
+
 #: AEPO's fields as trl_grpo_ext 0.1.0 ran it (a separate unclipped term over the whole batch regenerated, with
 #: 0.1.0's rules: see ``aepo_mode``); the defaults are the reference code's.
 #: ``GRPOExtConfig(entropy_control="aepo", **AEPO_0_1_0)``.
@@ -685,16 +687,6 @@ class EntropyControlConfig(ConfigSection):
     )
 
     def check(self) -> None:
-        if self.entropy_control not in ("none", "aepo"):
-            from .families import registry_for
-
-            if self.entropy_control not in registry_for("entropy_control"):
-                _fail(
-                    "entropy_control",
-                    self.entropy_control,
-                    "unknown value",
-                    f"use one of {registry_for('entropy_control').names()}",
-                )
         if not self.entropy_adv_alpha > 0:
             _fail("entropy_adv_alpha", self.entropy_adv_alpha, "must be > 0 (the entropy bonus's weight)", "e.g. 0.4")
         if not self.entropy_adv_kappa >= 1:
@@ -809,11 +801,14 @@ class MonitorConfig(ConfigSection):
     )
 
     def check(self) -> None:
-        from .callbacks import METRICS
-
-        unknown = sorted(set(self.diversity_metrics) - set(METRICS))
+        unknown = sorted(set(self.diversity_metrics) - set(DIVERSITY_METRICS))
         if unknown:
-            _fail("diversity_metrics", self.diversity_metrics, f"unknown metric(s) {unknown}", f"use {list(METRICS)}")
+            _fail(
+                "diversity_metrics",
+                self.diversity_metrics,
+                f"unknown metric(s) {unknown}",
+                f"use {list(DIVERSITY_METRICS)}",
+            )
         if not self.diversity_ngram_sizes or any(int(n) < 1 for n in self.diversity_ngram_sizes):
             _fail("diversity_ngram_sizes", self.diversity_ngram_sizes, "needs integers >= 1", "e.g. [1, 2, 3, 4]")
         if self.diversity_repetition_n < 1:
@@ -989,17 +984,13 @@ class GRPOExtConfig(
                 bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
                 _fail(name, value, f"must lie in {bounds}", f"e.g. {name}={example}")
 
-    # The registries hold the valid names (built-ins and user-registered variants).
+    # The built-in names (the switches' Literal types) and the registries (user-registered variants).
     def _check_switches(self) -> None:
-        from .families import FAMILIES, registry_for
-
-        registry_switches = tuple(FAMILIES)  # every family's switch: its registry holds the valid names
+        registry_switches = tuple(FAMILIES)  # every family's switch
         for name in registry_switches:
-            registry = registry_for(name)
             value = getattr(self, name)
-            if not isinstance(value, str) or value not in registry:
-                _fail(name, value, "unknown value (one name, a string)", f"use one of {registry.names()}")
-        from .trl_compat import KNOWN_LOSS_TYPES, TRL_VERSION
+            if not isinstance(value, str) or value not in switch_names(name):
+                _fail(name, value, "unknown value (one name, a string)", f"use one of {switch_names(name)}")
 
         defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
         active = [f"{s}={getattr(self, s)!r}" for s in self.FAMILY_SWITCHES if getattr(self, s) != defaults[s]]
@@ -1015,6 +1006,12 @@ class GRPOExtConfig(
             value = getattr(self, name)
             if name not in registry_switches and value not in allowed:
                 _fail(name, value, "unknown value", f"use one of {list(allowed)}")
+
+
+def switch_names(switch: str) -> list[str]:
+    """The valid values of a family switch: the built-in members its ``Literal`` lists and every name registered in
+    its registry (``trl_grpo_ext.names``; a user's variant is there once registered)."""
+    return sorted(set(_literal_fields()[switch]) | set(registry_for(switch).names()))
 
 
 @functools.cache

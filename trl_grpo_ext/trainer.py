@@ -601,9 +601,9 @@ class GRPOExtTrainer(GRPOTrainer):
                 "step_reward_funcs are used only with advantage_estimator='prm'; set GRPOExtConfig.advantage_estimator"
                 "='prm' or drop step_reward_funcs."
             )
-        regenerating = {"entropy_control": "aepo", "sample_filter": "dynamic_sampling"}
-        for switch, member in regenerating.items():
-            if getattr(args, switch) == member and kwargs.get("environment_factory") is not None:
+        for switch, registry in FAMILIES.items():  # a member that generates outside TRL's batch (declares "rollout")
+            member = getattr(args, switch)
+            if "rollout" in registry.get(member).host_capabilities and kwargs.get("environment_factory") is not None:
                 raise ValueError(
                     f"{switch}={member!r} cannot run with environment_factory: it generates prompts again after TRL "
                     "has already reset and stepped this batch's environment instances, so its rollouts would act on "

@@ -10,15 +10,7 @@ from __future__ import annotations
 
 import torch
 
-#: The TRL minor version these copies were taken from.
-TRL_VERSION = "1.16"
-
-#: Loss types whose aggregation averages over rows (so masked rows dilute the mean).
-PER_SEQUENCE_LOSS_TYPES = frozenset({"grpo", "sapo", "luspo", "dr_grpo"})
-#: Loss types normalised by the global token count ``num_items_in_batch``.
-TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
-#: Every loss type whose aggregation :func:`aggregate_like_loss_type` copies.
-KNOWN_LOSS_TYPES = PER_SEQUENCE_LOSS_TYPES | TOKEN_COUNT_LOSS_TYPES | {"bnpo"}
+from .names import KNOWN_LOSS_TYPES, PER_SEQUENCE_LOSS_TYPES, TOKEN_COUNT_LOSS_TYPES, TRL_VERSION  # noqa: F401
 
 
 def aggregate_like_loss_type(

@@ -59,14 +59,12 @@ def declared_metrics(members=None) -> dict[str, tuple[str, ...]]:
 
     if members is None:
         members = [reg.get(name) for reg in (*FAMILIES.values(), OBSERVERS) for name in reg.names()]
-    out: dict[str, tuple[str, ...]] = {}
-    for member in members:
-        cls = member if isinstance(member, type) else type(member)
-        if cls.metrics:
-            out[cls.__name__] = tuple(cls.metrics)
-    out["ExtTimingCallback"] = ExtTimingCallback.metrics
-    out["GRPOExtTrainer"] = TRAINER_METRICS
-    return out
+    classes = [member if isinstance(member, type) else type(member) for member in members]
+    return {
+        **{cls.__name__: tuple(cls.metrics) for cls in classes if cls.metrics},
+        "ExtTimingCallback": ExtTimingCallback.metrics,
+        "GRPOExtTrainer": TRAINER_METRICS,
+    }
 
 
 __all__ = [

@@ -20,7 +20,18 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from ..core.collectives import Collectives
-from ..core.registry import Registry
+
+# The registries live in trl_grpo_ext.names (the config validates against them without importing the families).
+from ..names import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TOKEN_CLIPS, ...)
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_WEIGHTINGS,
+    ENTROPY_CONTROLS,
+    FAMILIES,
+    KL_CONTROLLERS,
+    SAMPLE_FILTERS,
+    TOKEN_CLIPS,
+    registry_for,
+)
 from ..rollouts import Rollout, Splice
 from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
 
@@ -427,26 +438,3 @@ class Off(Extension):
     trainer does not instantiate it, so a run with every family off is TRL's ``GRPOTrainer``."""
 
     is_off = True
-
-
-ADVANTAGE_ESTIMATORS: Registry[type[Extension]] = Registry("advantage_estimator")
-ADVANTAGE_WEIGHTINGS: Registry[type[Extension]] = Registry("advantage_weighting")
-TOKEN_CLIPS: Registry[type[Extension]] = Registry("token_clip")
-SAMPLE_FILTERS: Registry[type[Extension]] = Registry("sample_filter")
-KL_CONTROLLERS: Registry[type[Extension]] = Registry("kl_control")
-ENTROPY_CONTROLS: Registry[type[Extension]] = Registry("entropy_control")
-
-#: config switch -> its family's registry, in the order the trainer runs the members.
-FAMILIES: dict[str, Registry[type[Extension]]] = {
-    "advantage_estimator": ADVANTAGE_ESTIMATORS,
-    "advantage_weighting": ADVANTAGE_WEIGHTINGS,
-    "sample_filter": SAMPLE_FILTERS,
-    "token_clip": TOKEN_CLIPS,
-    "kl_control": KL_CONTROLLERS,
-    "entropy_control": ENTROPY_CONTROLS,
-}
-
-
-def registry_for(switch: str) -> Registry[type[Extension]]:
-    """The registry behind a config switch (``advantage_estimator``, ``token_clip``, ``sample_filter``, ...)."""
-    return FAMILIES[switch]

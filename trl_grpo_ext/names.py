@@ -1,0 +1,48 @@
+"""The names the config validates and the code acting on them uses, in one leaf module (it imports only the registry
+class): ``config.py`` reads them here instead of importing the families, the monitor or the TRL copies.
+
+- the family registries (:data:`FAMILIES`): empty until ``trl_grpo_ext.families`` registers the built-in members
+  (the config's ``Literal`` types list those; a name outside them is valid once registered);
+- the collapse monitor's metric names and alarm actions;
+- the TRL version the plugin's copies come from, and the loss types whose aggregation they copy.
+"""
+
+from __future__ import annotations
+
+from .core.registry import Registry
+
+#: The TRL minor version the copies of ``trl_compat`` were taken from.
+TRL_VERSION = "1.16"
+#: Loss types whose aggregation averages over rows (so masked rows dilute the mean).
+PER_SEQUENCE_LOSS_TYPES = frozenset({"grpo", "sapo", "luspo", "dr_grpo"})
+#: Loss types normalised by the global token count ``num_items_in_batch``.
+TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
+#: Every loss type whose aggregation ``trl_compat.aggregate_like_loss_type`` copies.
+KNOWN_LOSS_TYPES = PER_SEQUENCE_LOSS_TYPES | TOKEN_COUNT_LOSS_TYPES | {"bnpo"}
+
+#: What ``diversity_metrics`` may list (``trl_grpo_ext.callbacks.CollapseMonitor``).
+DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
+#: What the collapse alarm may do (``collapse_action``).
+ALARM_ACTIONS = ("warn", "save", "stop")
+
+ADVANTAGE_ESTIMATORS: Registry = Registry("advantage_estimator")
+ADVANTAGE_WEIGHTINGS: Registry = Registry("advantage_weighting")
+TOKEN_CLIPS: Registry = Registry("token_clip")
+SAMPLE_FILTERS: Registry = Registry("sample_filter")
+KL_CONTROLLERS: Registry = Registry("kl_control")
+ENTROPY_CONTROLS: Registry = Registry("entropy_control")
+
+#: config switch -> its family's registry, in the order the trainer runs the members.
+FAMILIES: dict[str, Registry] = {
+    "advantage_estimator": ADVANTAGE_ESTIMATORS,
+    "advantage_weighting": ADVANTAGE_WEIGHTINGS,
+    "sample_filter": SAMPLE_FILTERS,
+    "token_clip": TOKEN_CLIPS,
+    "kl_control": KL_CONTROLLERS,
+    "entropy_control": ENTROPY_CONTROLS,
+}
+
+
+def registry_for(switch: str) -> Registry:
+    """The registry behind a config switch (``advantage_estimator``, ``token_clip``, ``sample_filter``, ...)."""
+    return FAMILIES[switch]
