@@ -279,10 +279,18 @@ def test_monitor_works_with_plain_trl_trainer(make_trainer):
 
     from trl_grpo_ext.callbacks import CollapseMonitor
 
-    trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, max_steps=2)
-    trainer.add_callback(CollapseMonitor(trainer, metrics=["distinct", "entropy"]))
+    trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, max_steps=3)
+    before = dict(vars(trainer))
+    trainer.add_callback(CollapseMonitor(trainer, metrics=["distinct", "entropy"], alarm_entropy_min=100.0))
+    assert {k: v for k, v in vars(trainer).items() if k in before} == before  # no method replaced on the instance
+    assert not set(vars(trainer)) - set(before)
     trainer.train()
-    assert all("diversity/distinct_2" in h and "entropy/p50" in h for h in last_logs(trainer))
+    logs = last_logs(trainer)
+    assert all("diversity/distinct_2" in h for h in logs)
+    # the entropy TRL logs for the step (one loss pass per step here), read, not captured by a patched method
+    assert all(h["entropy/mean"] == pytest.approx(h["entropy"]) for h in logs)
+    assert not any("entropy/p50" in h or "entropy/low_frac" in h for h in logs)
+    assert all(h["alarm/collapse"] == 1.0 for h in logs)  # the alarm reads it (threshold above any entropy)
 
 
 def test_diversity_kl_raises_beta_when_diversity_falls(make_trainer):

@@ -99,8 +99,9 @@ def _quantiles(values: torch.Tensor) -> torch.Tensor:
     return torch.lerp(ordered[below], ordered[ranks.ceil().long()], ranks - below)
 
 
-def _clock(trainer):
-    clock = getattr(trainer, "ext_clock", None)
+def _clock(source):
+    """The plugin-time clock of the monitor's source (the Host's ``clock``), or nothing to measure with."""
+    clock = getattr(source, "clock", None)
     return clock.measure() if clock is not None else contextlib.nullcontext()
 
 
@@ -108,6 +109,65 @@ def _text(completion) -> str:
     if isinstance(completion, list):
         return completion[-1]["content"] if completion else ""
     return completion
+
+
+class PlainTRLSource:
+    """The collapse monitor's adapter to a plain ``trl.GRPOTrainer`` (its plain-TRL mode): the few members of the
+    Host the monitor uses (``args``, ``global_step``, ``log``, ``log_column``), plus what it pulls there because no
+    hook feeds it: the training completions TRL keeps for its table (re-tokenised) and the mean token entropy TRL
+    logs for each loss pass. Nothing on the trainer is replaced, so without every token's entropy the plain-TRL mode
+    logs ``entropy/mean`` (TRL's values of the step, averaged) but no percentiles and no low fraction
+    (``GRPOExtTrainer`` feeds the monitor every token's entropy)."""
+
+    feeds_collapse_monitor = False
+    clock = None  # plain TRL keeps no plugin-time clock
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.args = trainer.args
+        self._fingerprint = None
+        self._entropy_seen: tuple[list | None, int] = (None, 0)
+
+    @property
+    def global_step(self) -> int:
+        return self.trainer.state.global_step
+
+    def log(self, mode: str, name: str, value: float) -> None:
+        self.trainer._metrics[mode][name].append(value)
+
+    def log_column(self, name: str, values: list) -> None:
+        self.trainer._logs["extra"][name].extend(values)
+
+    def completion_batch(self):
+        """(ids, mask, group size) of the newest training completions of TRL's table, re-tokenised; None when there
+        are none new (a step that reuses its generation batch, or an evaluation's completions)."""
+        completions = list(self.trainer._logs["completion"])
+        if not completions:
+            return None
+        fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
+        if fingerprint == self._fingerprint:
+            return None
+        self._fingerprint = fingerprint
+        tokenizer = getattr(self.trainer.processing_class, "tokenizer", self.trainer.processing_class)
+        enc = tokenizer([_text(c) for c in completions], add_special_tokens=False, padding=True, return_tensors="pt")
+        return enc["input_ids"], enc["attention_mask"], self.trainer.num_generations
+
+    def mark_completions_seen(self) -> None:
+        """An evaluation just filled TRL's table: its completions are not training data."""
+        completions = self.trainer._logs["completion"]
+        if completions:
+            self._fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
+
+    def new_entropies(self) -> list[float]:
+        """TRL's logged mean token entropies (one per training loss pass, already gathered over processes) since the
+        last call. TRL clears its metrics at each log, which starts a new list."""
+        values = self.trainer._metrics["train"].get("entropy")
+        if values is None:
+            return []
+        listed, seen = self._entropy_seen
+        start = seen if listed is values else 0
+        self._entropy_seen = (values, len(values))
+        return [v for v in values[start:] if math.isfinite(v)]
 
 
 class CollapseMonitor(TrainerCallback):
@@ -149,7 +209,10 @@ class CollapseMonitor(TrainerCallback):
             raise ValueError(f"Unknown diversity metric(s) {sorted(unknown)}; choose from {list(METRICS)}.")
         if alarm_action not in ACTIONS:
             raise ValueError(f"alarm_action={alarm_action!r}; choose from {list(ACTIONS)}.")
-        self.trainer = trainer
+        # the Host of a GRPOExtTrainer feeds the monitor (observe_generation, record_entropy); a plain GRPOTrainer is
+        # read through its adapter
+        self.source = trainer if getattr(trainer, "feeds_collapse_monitor", False) else PlainTRLSource(trainer)
+        self.fed_by_trainer = self.source.feeds_collapse_monitor
         self.metrics = tuple(metrics)
         self.ngram_sizes = tuple(ngram_sizes)
         self.repetition_n = repetition_n
@@ -171,9 +234,6 @@ class CollapseMonitor(TrainerCallback):
         self._entropy_chunks: list[torch.Tensor] = []
         self._entropy_sums = torch.zeros(3)  # sum, tokens, low tokens
         self._generator = torch.Generator().manual_seed(0)
-        self.fed_by_trainer = bool(getattr(trainer, "feeds_collapse_monitor", False))
-        if "entropy" in self.metrics and not self.fed_by_trainer:
-            self._install_entropy_hook()
 
     # ------------------------------------------------------------------ fed by GRPOExtTrainer
     def observe_generation(self, ids: torch.Tensor, mask: torch.Tensor, group_size: int, mode: str) -> None:
@@ -181,11 +241,11 @@ class CollapseMonitor(TrainerCallback):
         ``group_size``. Training batches are measured at the next ``on_step_end`` (and feed the alarm); evaluation
         batches are measured now into the trainer's eval metrics (logged as ``eval_diversity/*``)."""
         rates = None
-        if "repetition" in self.metrics and self.trainer.args.log_completions:
+        if "repetition" in self.metrics and self.source.args.log_completions:
             # A column of the completions table TRL logs (wandb / trackio / parquet): one value per row of every
             # batch, so that the rows stay aligned.
             rates = repetition_rates(ids, mask, self.repetition_n)
-            self.trainer.log_column("repetition", rates.tolist())
+            self.source.log_column("repetition", rates.tolist())
         if not set(self.metrics) - {"entropy"}:
             return
         if mode == "train" and not self._step_is_measured(self._completed_steps()):
@@ -197,7 +257,7 @@ class CollapseMonitor(TrainerCallback):
                 self._background().submit(self.diversity_metrics, ids, mask, group_size=group_size, repetition=rates)
             )
             return
-        with _clock(self.trainer):
+        with _clock(self.source):
             for key, value in self.diversity_metrics(ids, mask, group_size=group_size, repetition=rates).items():
                 if math.isfinite(value):
                     self._log("eval", key, value)
@@ -207,25 +267,9 @@ class CollapseMonitor(TrainerCallback):
         if "entropy" in self.metrics:
             self._record_entropy(values.float().cpu())
 
-    # ------------------------------------------------------------------ entropy capture
-    def _install_entropy_hook(self) -> None:
-        trainer = self.trainer
-        original = trainer._get_per_token_logps_and_entropies
-        monitor = self
-
-        def hooked(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-            logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-            if entropies is not None and torch.is_grad_enabled() and trainer.model.training:
-                with _clock(trainer):
-                    mask = attention_mask[:, -logits_to_keep:].bool()
-                    monitor._record_entropy(entropies.detach()[mask].float().cpu())
-            return logps, entropies, aux
-
-        trainer._get_per_token_logps_and_entropies = hooked
-
     def _completed_steps(self) -> int:
-        """Optimizer steps done so far: the host's count when fed by GRPOExtTrainer, the trainer state's otherwise."""
-        return (self.trainer if self.fed_by_trainer else self.trainer.state).global_step
+        """Optimizer steps done so far."""
+        return self.source.global_step
 
     def _step_is_measured(self, completed_steps: int) -> bool:
         """diversity_every: the step after ``completed_steps`` optimizer steps (1-based s = completed + 1) has its
@@ -242,31 +286,24 @@ class CollapseMonitor(TrainerCallback):
         self._entropy_chunks.append(values)
 
     def _log(self, mode: str, key: str, value: float) -> None:
-        if self.fed_by_trainer:
-            self.trainer.log(mode, key, value)  # the host
-        else:
-            self.trainer._metrics[mode][key].append(value)
+        self.source.log(mode, key, value)
 
     def _entropy_metrics(self, percentiles: bool) -> dict[str, float]:
         """Mean and low fraction of the step's token entropies; with ``percentiles`` (a measured step, the same on
-        every process) also p10 / p50 / p90 of a sample of them."""
+        every process) also p10 / p50 / p90 of a sample of them. Plain TRL: the mean of TRL's logged values only."""
+        if not self.fed_by_trainer:
+            values = self.source.new_entropies()
+            return {"entropy/mean": statistics.fmean(values)} if values else {}
         sums = self._entropy_sums.clone()
         chunks, self._entropy_chunks, self._entropy_sums = self._entropy_chunks, [], torch.zeros(3)
         local = None
         if percentiles:
             local = torch.cat(chunks) if chunks else torch.zeros(0)
             local = local[torch.randperm(local.numel(), generator=self._generator)[: self.entropy_sample]]
-        if self.fed_by_trainer:
-            host = self.trainer
-            sums = host.collectives.all_sum(sums.to(host.device)).cpu()
-            if local is not None:
-                local = host.collectives.all_cat(local.to(host.device)).cpu()
-        elif (acc := self.trainer.accelerator).num_processes > 1:
-            sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
-            if local is not None:
-                padded = acc.pad_across_processes(local.to(acc.device), dim=0, pad_index=-1.0)
-                local = acc.gather(padded).cpu()
-                local = local[local >= 0]
+        host = self.source
+        sums = host.collectives.all_sum(sums.to(host.device)).cpu()
+        if local is not None:
+            local = host.collectives.all_cat(local.to(host.device)).cpu()
         if sums[1] == 0:
             return {}
         mean, low_frac = (sums[[0, 2]] / sums[1]).tolist()
@@ -287,25 +324,11 @@ class CollapseMonitor(TrainerCallback):
             self._executor = None
         return control
 
-    def _completion_batch(self):
-        """The newest training completions of TRL's table, re-tokenised (plain GRPOTrainer only)."""
-        completions = list(self.trainer._logs["completion"])
-        if not completions:
-            return None
-        fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
-        if fingerprint == self._fingerprint:
-            return None
-        self._fingerprint = fingerprint
-        tokenizer = getattr(self.trainer.processing_class, "tokenizer", self.trainer.processing_class)
-        enc = tokenizer([_text(c) for c in completions], add_special_tokens=False, padding=True, return_tensors="pt")
-        return enc["input_ids"], enc["attention_mask"], self.trainer.num_generations
-
     def on_evaluate(self, args, state, control, **kwargs):
         # TRL's completions table now ends with evaluation completions: mark them seen so that the next training step
         # (which may reuse its generation batch and log no new completions) does not measure them as training data.
-        completions = self.trainer._logs["completion"] if not self.fed_by_trainer else None
-        if completions:
-            self._fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
+        if not self.fed_by_trainer:
+            self.source.mark_completions_seen()
         return control
 
     def diversity_metrics(
@@ -328,7 +351,7 @@ class CollapseMonitor(TrainerCallback):
             if not self.fed_by_trainer:
                 # A column of the completions table plain TRL logs (wandb / trackio / parquet) when log_completions is
                 # on (GRPOExtTrainer adds it in observe_generation for every batch, so rows stay aligned).
-                self.trainer._logs["extra"]["repetition"].extend(per_completion.tolist())
+                self.source.log_column("repetition", per_completion.tolist())
         return out
 
     # ------------------------------------------------------------------ alarm
@@ -366,7 +389,7 @@ class CollapseMonitor(TrainerCallback):
         self.baseline_distinct2 = state_number(state, "baseline_distinct2", low=0.0, high=1.0, optional=True)
 
     def on_step_end(self, args, state, control, **kwargs):
-        with _clock(self.trainer):
+        with _clock(self.source):
             return self._on_step_end(state, control)
 
     def _on_step_end(self, state, control):
@@ -377,7 +400,7 @@ class CollapseMonitor(TrainerCallback):
             values.update({key: statistics.fmean(batch[key] for batch in batches) for key in batches[0]})
         measured = self._step_is_measured(state.global_step - 1)
         diversity = set(self.metrics) - {"entropy"} and not self.fed_by_trainer and measured
-        batch = self._completion_batch() if diversity else None
+        batch = self.source.completion_batch() if diversity else None
         if batch is not None:
             ids, mask, group_size = batch
             values.update(self.diversity_metrics(ids, mask, group_size=group_size))
@@ -394,15 +417,15 @@ class CollapseMonitor(TrainerCallback):
 
 
 class ExtTimingCallback(TrainerCallback):
-    #: What it logs.
-    metrics = ("timing/ext_s", "timing/ext_fraction")
-
     """Logs ``timing/ext_s`` (seconds of plugin code in the optimizer step) and ``timing/ext_fraction`` (that over the
     step's wall time, from ``on_step_begin`` to ``on_step_end``). ``1 / (1 - ext_fraction)`` estimates the slowdown
     against ``trl.GRPOTrainer`` caused by the plugin's own work; it leaves out the backward pass through token-clip
     masks (an elementwise product). Per process, not reduced. Added last by ``GRPOExtTrainer`` so the monitor's own
     time is included.
     """
+
+    #: What it logs.
+    metrics = ("timing/ext_s", "timing/ext_fraction")
 
     def __init__(self, clock: ExtClock, host):
         """``clock``: the trainer's :class:`ExtClock`; ``host``: the trainer's Host (metric logging)."""

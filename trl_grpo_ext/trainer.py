@@ -142,6 +142,7 @@ class TrainerHost:
         self._trainer = trainer
         self.args = trainer.args
         self.collectives = trainer.ext_collectives
+        self.clock = trainer.ext_clock
 
     # ------------------------------------------------------------------ state
     @property

@@ -42,6 +42,7 @@ class Host(Protocol):
     args: Any  #: the GRPOExtConfig
     collectives: Collectives  #: sums / concatenations over all processes
     beta: float  #: KL coefficient TRL reads live in its loss (settable)
+    clock: Any  #: the trainer's ``ExtClock`` of plugin time (work outside the hooks, a callback, measures with it)
 
     @property
     def loss_type(self) -> str: ...
