@@ -4,6 +4,7 @@ trainer.py and trl_compat.py only, is declared, and exists in the installed TRL;
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import re
 import subprocess
@@ -328,3 +329,59 @@ def test_config_imports_no_behaviour():
             imported.update(alias.name for alias in node.names)
     ours = {name for name in imported if name.startswith(".") or name.startswith("trl_grpo_ext")}
     assert ours == {".names"}, ours
+
+
+def _args_read_per_class(path: Path) -> dict[str, set[str]]:
+    """Config fields each class of a family module reads (``args.X`` / ``self.args.X``; not in ``enabled``, which
+    the trainer calls with the whole config)."""
+    reads = {}
+    for node in ast.parse(path.read_text()).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        found = set()
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "enabled":
+                continue
+            for sub in ast.walk(item):
+                if isinstance(sub, ast.Attribute) and ast.unparse(sub.value) in ("args", "self.args", "self.host.args"):
+                    found.add(sub.attr)
+        reads[node.name] = found
+    return reads
+
+
+@pytest.mark.parametrize("path", FAMILY_MODULES, ids=[p.name for p in FAMILY_MODULES])
+def test_members_declare_every_config_field_they_read(path):
+    """Read from the code, branch by branch (the runtime view only catches the branches a test runs): every config
+    field a member class reads is in its config_fields (or a base's), and each declared field is a real one."""
+    import importlib
+
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.families.base import config_fields_of
+
+    module = importlib.import_module(f"trl_grpo_ext.families.{path.stem}")
+    real = {f.name for f in dataclasses.fields(GRPOExtConfig)}
+    for name, reads in _args_read_per_class(path).items():
+        cls = getattr(module, name)
+        if not isinstance(cls, type):
+            continue
+        declared = config_fields_of(cls)
+        assert reads <= declared, f"{name} reads {sorted(reads - declared)} without declaring them"
+        assert declared <= real, f"{name} declares {sorted(declared - real)}, not GRPOExtConfig fields"
+
+
+def test_a_member_reads_only_the_config_fields_it_declares():
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.families.base import Extension
+
+    class Reader(Extension):
+        config_fields = ("kl_target",)
+
+    host = _FakeHost()
+    host.args = GRPOExtConfig(output_dir="x", report_to="none", use_cpu=True, bf16=False, kl_target=0.3)
+    member = Reader(host)
+    assert member.args.kl_target == 0.3 and member.host.args.kl_target == 0.3
+    assert member.args.use_bias_correction_kl is host.args.use_bias_correction_kl  # the base's helpers read it
+    with pytest.raises(AttributeError, match=r"Reader reads args\.beta.*add 'beta' to Reader\.config_fields"):
+        member.args.beta  # noqa: B018
+    with pytest.raises(AttributeError, match="read-only"):
+        member.args.kl_target = 1.0

@@ -59,9 +59,10 @@ def declared_metrics(members=None) -> dict[str, tuple[str, ...]]:
 
     if members is None:
         members = [reg.get(name) for reg in (*FAMILIES.values(), OBSERVERS) for name in reg.names()]
-    classes = [member if isinstance(member, type) else type(member) for member in members]
+    members = list(members)
+    named = [(member if isinstance(member, type) else type(member)).__name__ for member in members]
     return {
-        **{cls.__name__: tuple(cls.metrics) for cls in classes if cls.metrics},
+        **{name: tuple(member.metrics) for name, member in zip(named, members, strict=True) if member.metrics},
         "ExtTimingCallback": ExtTimingCallback.metrics,
         "GRPOExtTrainer": TRAINER_METRICS,
     }

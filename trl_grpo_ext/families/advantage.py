@@ -16,6 +16,9 @@ class OutcomeAdvantage(Extension):
     With ``advantage_std="sample"`` TRL's own advantages are kept untouched (bit-for-bit parity with GRPOTrainer).
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("advantage_std",)
+
     docs = "outcome_advantages.md"
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
@@ -36,6 +39,9 @@ class PassAtKAdvantage(Extension):
     for continuous rewards). The ``n / k`` makes k = 1 the reward itself. k follows ``pkpo_anneal_fraction``.
     Rewards are gathered, so a group spanning processes is weighted whole; evaluation batches keep TRL's advantages.
     Logs ``pkpo/k`` and ``pkpo/adv_abs_mean``."""
+
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("pkpo_k", "pkpo_anneal_fraction", "pkpo_estimator")
 
     metrics = ("pkpo/k", "pkpo/adv_abs_mean")
     example_config = {"pkpo_k": 2}

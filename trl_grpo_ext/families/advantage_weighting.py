@@ -25,6 +25,9 @@ class WReinforce(Extension):
     ``w_reinforce/adv_mean`` (mean advantage after weighting).
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("w_reinforce_lambda", "w_reinforce_baseline", "w_reinforce_threshold")
+
     metrics = ("w_reinforce/positive_frac", "w_reinforce/adv_mean")
     example_config = {"w_reinforce_lambda": 0.1}
     docs = "w_reinforce.md"

@@ -172,15 +172,45 @@ _PROTOCOL = frozenset(
 )
 
 
+def config_fields_of(member: type) -> frozenset[str]:
+    """The config fields a member class reads: its ``config_fields`` and those of its bases."""
+    return frozenset(f for cls in member.__mro__ for f in vars(cls).get("config_fields", ()))
+
+
+class ConfigView:
+    """The config as one member sees it: the fields its class declares (``config_fields``, with its bases'), read-only.
+    Reading another field is an ``AttributeError`` naming the field and where to declare it, so what a member depends
+    on is written on the member; :func:`config_fields_of` lists it."""
+
+    def __init__(self, args, fields, owner: str):
+        object.__setattr__(self, "_args", args)
+        object.__setattr__(self, "_fields", frozenset(fields))
+        object.__setattr__(self, "_owner", owner)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name not in self._fields:
+            raise AttributeError(
+                f"{self._owner} reads args.{name}, a config field the class does not declare. Fix: add {name!r} to "
+                f"{self._owner}.config_fields."
+            )
+        return getattr(self._args, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"{self._owner} sets args.{name}: a member's config is read-only.")
+
+
 class HostView:
     """The :class:`Host` as one member sees it: every protocol member but the :data:`CAPABILITIES` its class did not
     declare. Using one of those, or anything outside the protocol, is an ``AttributeError`` that names the member,
     the capability and where to declare it, so a member cannot reach further into the run than its class says."""
 
-    def __init__(self, host: Host, capabilities, owner: str):
+    def __init__(self, host: Host, capabilities, owner: str, args=None):
         unknown = set(capabilities) - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"{owner}.host_capabilities: unknown {sorted(unknown)}; choose from {list(CAPABILITIES)}.")
+        object.__setattr__(self, "args", args)  # the member's ConfigView (host.args is the same view)
         object.__setattr__(self, "_host", host)
         object.__setattr__(self, "_capabilities", frozenset(capabilities))
         object.__setattr__(self, "_owner", owner)
@@ -214,10 +244,12 @@ class HostView:
 
 
 def restrict(host: Host, member: type) -> HostView:
-    """``host`` as ``member`` (an :class:`Extension` subclass) may use it (a view of the unrestricted host)."""
+    """``host`` as ``member`` (an :class:`Extension` subclass) may use it: a view of the unrestricted host whose
+    ``args`` is the member's :class:`ConfigView`."""
     if isinstance(host, HostView):
         host = object.__getattribute__(host, "_host")
-    return HostView(host, getattr(member, "host_capabilities", ()), member.__name__)
+    args = ConfigView(host.args, config_fields_of(member), member.__name__)
+    return HostView(host, getattr(member, "host_capabilities", ()), member.__name__, args=args)
 
 
 #: Key under which a filtered batch carries each row's keep flag through TRL's shuffle and split.
@@ -374,10 +406,13 @@ class Extension:
     #: The :data:`CAPABILITIES` of the host the member uses beyond what every member may (its ``self.host`` is a
     #: :class:`HostView` that refuses the others).
     host_capabilities: ClassVar[tuple[str, ...]] = ()
+    #: The config fields the member reads (with its bases'): its ``self.args`` is a read-only :class:`ConfigView`
+    #: of these (the helpers below read ``use_bias_correction_kl``).
+    config_fields: ClassVar[tuple[str, ...]] = ("use_bias_correction_kl",)
 
     def __init__(self, host: Host):
         self.host = restrict(host, type(self))
-        self.args = host.args
+        self.args = self.host.args
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         return None

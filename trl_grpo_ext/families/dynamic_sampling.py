@@ -43,6 +43,9 @@ class DynamicSampling(PolicyFilter):
     extra generation and scoring on this process), and the filter's ``filter/*`` metrics.
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("dynamic_sampling_max_rounds", "dynamic_sampling_fill", "temperature")
+
     metrics = (
         "dynamic/rounds",
         "dynamic/signal_frac_before",

@@ -25,6 +25,9 @@ class EntropyAdvantage(Extension):
     capped).
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("entropy_adv_alpha", "entropy_adv_kappa")
+
     metrics = ("entropy_adv/bonus_mean", "entropy_adv/capped_frac")
     docs = "entropy_advantage.md"
 

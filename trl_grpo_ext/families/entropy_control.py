@@ -75,6 +75,24 @@ class AEPO(Extension):
     scoring) and, in term mode, ``aepo/loss``.
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = (
+        "aepo_target_entropy",
+        "aepo_temperature_high",
+        "aepo_temperature_low",
+        "aepo_coef",
+        "aepo_max_samples",
+        "aepo_adv_threshold",
+        "aepo_mode",
+        "aepo_regenerate_fraction",
+        "generation_batch_size",
+        "num_generations",
+        "steps_per_generation",
+        "use_vllm",
+        "vllm_mode",
+        "vllm_enable_sleep_mode",
+    )
+
     metrics = (
         "aepo/temperature",
         "aepo/regenerated",

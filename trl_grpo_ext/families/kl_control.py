@@ -50,6 +50,9 @@ class AdaptiveKL(_BetaControl):
     step. Logs ``kl/beta`` (beta used in the step), ``kl/value``, ``kl/target``.
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("beta", "kl_target", "kl_horizon", "kl_beta_min", "kl_beta_max")
+
     metrics = ("kl/beta", "kl/value", "kl/target")
     example_config = {"beta": 0.04, "kl_target": 0.01, "kl_horizon": 100}
     docs = "adaptive_kl.md"
@@ -92,6 +95,9 @@ class DiversityKL(_BetaControl):
     gathers the same completions, so all hold the same beta. Logs ``kl/beta``, ``kl/diversity``,
     ``kl/diversity_target``.
     """
+
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("beta", "kl_diversity_target", "kl_diversity_n", "kl_horizon", "kl_beta_min", "kl_beta_max")
 
     metrics = ("kl/beta", "kl/diversity", "kl/diversity_target")
     example_config = {"beta": 0.04, "kl_horizon": 100}

@@ -23,9 +23,24 @@ class CollapseObserver(Extension):
     """Feeds :class:`~trl_grpo_ext.callbacks.CollapseMonitor` (``diversity_metrics``, ``collapse_*``) from the hooks:
     every generation batch's completion ids (all processes) and every training loss pass's entropies."""
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = (
+        "diversity_metrics",
+        "diversity_ngram_sizes",
+        "diversity_repetition_n",
+        "diversity_low_entropy_threshold",
+        "diversity_every",
+        "collapse_entropy_min",
+        "collapse_distinct2_drop",
+        "collapse_repetition_max",
+        "collapse_action",
+        "log_completions",
+    )
+
     docs = "monitoring.md"
     host_capabilities = ("callbacks",)
-    #: Every key the monitor can log (which of them a run logs: ``diversity_metrics``, ``diversity_ngram_sizes``).
+    #: Every key the monitor can log; an instance holds those its run logs (``diversity_metrics``,
+    #: ``diversity_ngram_sizes``).
     metrics = monitor_metric_keys()
 
     @staticmethod
@@ -35,6 +50,7 @@ class CollapseObserver(Extension):
     def __init__(self, host):
         super().__init__(host)
         args, host = self.args, self.host
+        self.metrics = monitor_metric_keys(args.diversity_metrics, args.diversity_ngram_sizes)
         self.monitor = CollapseMonitor(
             host,
             metrics=args.diversity_metrics,
@@ -68,6 +84,9 @@ class CollapseObserver(Extension):
 class PassAtK(Extension):
     """``eval_pass_at_k``: unbiased pass@k (Chen et al. 2021) from each evaluation batch's sampled completions, and
     with ``eval_pass_greedy`` the accuracy of one greedy decode per prompt (``pass@k/greedy``)."""
+
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("eval_pass_at_k", "eval_pass_threshold", "eval_pass_greedy")
 
     docs = "monitoring.md"
     host_capabilities = ("evaluation",)

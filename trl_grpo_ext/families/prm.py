@@ -27,6 +27,21 @@ class PRMAdvantage(Extension):
     ``c * A_outcome`` (TRL's group-normalised outcome advantage) to every token.
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = (
+        "advantage_std",
+        "prm_model_name_or_path",
+        "prm_model_type",
+        "prm_batch_size",
+        "prm_step_separator",
+        "prm_step_separator_token_id",
+        "prm_causal_step_tag",
+        "prm_causal_good_token",
+        "prm_causal_bad_token",
+        "prm_outcome_coef",
+        "prm_std",
+    )
+
     metrics = (
         "prm/steps_mean",
         "prm/no_step_frac",

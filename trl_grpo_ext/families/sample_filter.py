@@ -23,6 +23,9 @@ class PolicyFilter(Extension):
     and the KL term gets the missing ``(scale - 1) * beta * KL``, so the result equals the loss over the kept rows.
     """
 
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("sample_filter", "pf_rescale", "pf_filter_eval")
+
     metrics = ("filter/kept_frac", "filter/kept_reward_mean", "filter/groups_kept_frac", "filter/all_filtered")
     docs = "pf_ppo.md"
 

@@ -22,6 +22,8 @@ TOKEN_CLIPS.register("none")(Off)
 
 
 class _CovarianceClip(Extension):
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("token_clip_scope",)
     prefix = ""
 
     def collectives(self):
@@ -51,6 +53,9 @@ class ClipCov(_CovarianceClip):
     TRL's loss also reads the same log-probs for the KL term; :meth:`extra_loss` adds back exactly the KL gradient of
     the selected tokens (value 0), so only their policy gradient goes, as in the paper and verl.
     """
+
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")
 
     prefix = "clip_cov"
     metrics = ("clip_cov/selected_frac", "clip_cov/selected_tokens", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac")
@@ -105,6 +110,9 @@ class KLCov(_CovarianceClip):
 
     Unless ``kl_cov_ppo_clip``, TRL's ratio clip is switched off (epsilon -> inf), as in the paper and verl.
     """
+
+    #: The config fields it reads (its ``self.args`` holds these only).
+    config_fields = ("kl_cov_ratio", "kl_cov_coef", "kl_cov_ppo_clip")
 
     prefix = "kl_cov"
     metrics = ("kl_cov/selected_frac", "kl_cov/selected_tokens", "kl_cov/cov_mean", "kl_cov/penalty_mean")
