@@ -561,24 +561,34 @@ def print_checkpoints(v: dict, t: dict) -> None:
     )
 
 
+def print_table(rows: list, keys, width: int) -> None:
+    """The side-by-side table: one column per key, one row per run (start, vanilla, tools)."""
+    print(f"{'':<14}" + "".join(f"{k:>{width}}" for k in keys))
+    for label, m in rows:
+        print(f"{label:<14}" + "".join(f"{m[k]:>{width}.3f}" for k in keys))
+
+
+def trained_runs(summary: dict):
+    """(name, numbers) of the trained runs in the summary: vanilla, then the tools'."""
+    for key, name in (("vanilla", "vanilla GRPO"), ("final", "GRPO + tools")):
+        if key in summary:
+            yield name, summary[key]
+
+
 #: What the forks task's table shows: greedy accuracy, pass@k at k = 1, 16, 64 of 64 samples, distinct right answers.
 FORKS_KEYS = ("answer_acc", "pass_at_1", "pass_at_16", "pass_at_64", "distinct_correct")
 
 
 def print_forks_summary(summary: dict, rows: list) -> None:
-    print(f"{'':<14}" + "".join(f"{k:>17}" for k in FORKS_KEYS))
-    for label, m in rows:
-        print(f"{label:<14}" + "".join(f"{m[k]:>17.3f}" for k in FORKS_KEYS))
+    print_table(rows, FORKS_KEYS, 17)
     start = summary["start"]
-    for key, name in (("vanilla", "vanilla GRPO"), ("final", "GRPO + tools")):
-        if key in summary:
-            run = summary[key]
-            print(
-                f"{name}: greedy accuracy {100 * start['answer_acc']:.1f}% -> {100 * run['answer_acc']:.1f}%, pass@1 "
-                f"{start['pass_at_1']:.3f} -> {run['pass_at_1']:.3f}, pass@64 {start['pass_at_64']:.3f} -> "
-                f"{run['pass_at_64']:.3f}, distinct right answers per prompt {start['distinct_correct']:.2f} -> "
-                f"{run['distinct_correct']:.2f} (of {FORKS_SAMPLES} samples)"
-            )
+    for name, run in trained_runs(summary):
+        print(
+            f"{name}: greedy accuracy {100 * start['answer_acc']:.1f}% -> {100 * run['answer_acc']:.1f}%, pass@1 "
+            f"{start['pass_at_1']:.3f} -> {run['pass_at_1']:.3f}, pass@64 {start['pass_at_64']:.3f} -> "
+            f"{run['pass_at_64']:.3f}, distinct right answers per prompt {start['distinct_correct']:.2f} -> "
+            f"{run['distinct_correct']:.2f} (of {FORKS_SAMPLES} samples)"
+        )
     if "vanilla" in summary and "final" in summary:
         v, t = summary["vanilla"], summary["final"]
         print(
@@ -595,18 +605,14 @@ LENGTH_KEYS = ("answer_acc", "pass_at_1", "proxy", "gap", "length", "repetition"
 
 def print_length_summary(summary: dict, rows: list) -> None:
     print("answer_acc: gold, greedy; pass_at_1: gold, sampled; proxy: the training reward; gap: proxy - pass_at_1")
-    print(f"{'':<14}" + "".join(f"{k:>11}" for k in LENGTH_KEYS))
-    for label, m in rows:
-        print(f"{label:<14}" + "".join(f"{m[k]:>11.3f}" for k in LENGTH_KEYS))
+    print_table(rows, LENGTH_KEYS, 11)
     start = summary["start"]
-    for key, name in (("vanilla", "vanilla GRPO"), ("final", "GRPO + tools")):
-        if key in summary:
-            run = summary[key]
-            print(
-                f"{name}: gold {100 * start['answer_acc']:.1f}% -> {100 * run['answer_acc']:.1f}% (greedy), proxy "
-                f"{start['proxy']:.3f} -> {run['proxy']:.3f}, length {start['length']:.1f} -> {run['length']:.1f} "
-                f"characters, repetition {start['repetition']:.3f} -> {run['repetition']:.3f}"
-            )
+    for name, run in trained_runs(summary):
+        print(
+            f"{name}: gold {100 * start['answer_acc']:.1f}% -> {100 * run['answer_acc']:.1f}% (greedy), proxy "
+            f"{start['proxy']:.3f} -> {run['proxy']:.3f}, length {start['length']:.1f} -> {run['length']:.1f} "
+            f"characters, repetition {start['repetition']:.3f} -> {run['repetition']:.3f}"
+        )
     if "vanilla" in summary and "final" in summary:
         v, t = summary["vanilla"], summary["final"]
         print(
@@ -641,9 +647,7 @@ def print_summary(summary: dict, output_dir: str) -> None:
         print_length_summary(summary, rows)
     elif rows:
         keys = [k for k in SUMMARY_KEYS if k in rows[0][1]] + (["step_acc"] if "step_acc" in rows[0][1] else [])
-        print(f"{'':<14}" + "".join(f"{k:>12}" for k in keys))
-        for label, m in rows:
-            print(f"{label:<14}" + "".join(f"{m[k]:>12.3f}" for k in keys))
+        print_table(rows, keys, 12)
         start = summary["start"]
 
         def gain(name: str, run: dict) -> None:
@@ -653,10 +657,8 @@ def print_summary(summary: dict, output_dir: str) -> None:
                 f"{run['pass_at_1']:.3f}, pass@8 {start['pass_at_8']:.3f} -> {run['pass_at_8']:.3f}"
             )
 
-        if "vanilla" in summary:
-            gain("vanilla GRPO", summary["vanilla"])
-        if "final" in summary:
-            gain("GRPO + tools", summary["final"])
+        for name, run in trained_runs(summary):
+            gain(name, run)
         if "vanilla" in summary and "final" in summary:
             v, t = summary["vanilla"], summary["final"]
             print(
