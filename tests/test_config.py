@@ -257,3 +257,23 @@ def test_without_extensions_is_vanilla_with_the_same_trl_settings():
     assert args.token_clip == "kl_cov"  # the original is untouched
     fixed = make(beta=0.02, token_clip="clip_cov").without_extensions()
     assert fixed.beta == 0.02 and fixed.token_clip == "none"  # a fixed beta is TRL's own setting: kept
+
+
+def test_each_section_checks_only_its_own_fields():
+    """A section's ``check`` reads its own fields; what reads another family's or TRL's fields is in
+    ``GRPOExtConfig._check_combinations`` (one place to see how the families and TRL constrain each other)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from trl_grpo_ext.config import SECTIONS
+
+    for section in SECTIONS:
+        own = set(section.__annotations__)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(section.check)))
+        read = {
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+        }
+        assert read <= own, f"{section.__name__}.check reads {sorted(read - own)}"

@@ -190,13 +190,6 @@ class AdvantageConfig(ConfigSection):
     )
 
     def check(self) -> None:
-        if self.advantage_estimator == "pass_at_k" and not 1 <= self.pkpo_k <= self.num_generations:
-            _fail(
-                "pkpo_k",
-                self.pkpo_k,
-                f"pass@k needs 1 <= k <= num_generations ({self.num_generations}): k of the n samples of a prompt",
-                f"e.g. pkpo_k={min(4, self.num_generations)}, or raise num_generations",
-            )
         if not 0.0 <= self.pkpo_anneal_fraction <= 1.0:
             _fail("pkpo_anneal_fraction", self.pkpo_anneal_fraction, "a fraction of training, in [0, 1]", "e.g. 0.5")
         if self.w_reinforce_lambda < 0:
@@ -217,22 +210,6 @@ class AdvantageConfig(ConfigSection):
                 f"'none' replaces the group advantage by +lambda / -1, so advantage_estimator="
                 f"{self.advantage_estimator!r} would be discarded",
                 "set w_reinforce_baseline='group' (weights that estimator's advantages) or advantage_estimator='grpo'",
-            )
-        if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
-            _fail(
-                "advantage_std",
-                self.advantage_std,
-                f"it recomputes the sum_then_normalize advantages, but multi_objective_aggregation is "
-                f"{self.multi_objective_aggregation!r}",
-                "set multi_objective_aggregation='sum_then_normalize' or keep advantage_std='sample'",
-            )
-        if self.advantage_std == "population" and self.scale_rewards == "none":
-            _fail(
-                "advantage_std",
-                self.advantage_std,
-                "it changes the standard deviation rewards are divided by, but scale_rewards='none' divides by none "
-                "(advantages are reward - group mean), so it would do nothing",
-                "keep advantage_std='sample', or set scale_rewards='group' (or 'batch')",
             )
 
 
@@ -307,13 +284,6 @@ class PRMConfig(ConfigSection):
             _fail("prm_batch_size", self.prm_batch_size, "must be an integer >= 1", "e.g. prm_batch_size=8")
         if not math.isfinite(self.prm_outcome_coef):
             _fail("prm_outcome_coef", self.prm_outcome_coef, "must be finite", "e.g. prm_outcome_coef=0.5")
-        if self.advantage_estimator != "prm" and self.prm_model_name_or_path is not None:
-            _fail(
-                "prm_model_name_or_path",
-                self.prm_model_name_or_path,
-                f"a PRM model is only used with advantage_estimator='prm' (got {self.advantage_estimator!r})",
-                "set advantage_estimator='prm' or drop prm_model_name_or_path",
-            )
 
 
 @dataclass
@@ -397,44 +367,6 @@ class TokenClipConfig(ConfigSection):
                 UserWarning,
                 stacklevel=4,
             )
-        if self.importance_sampling_level != "token":
-            _fail(
-                "token_clip",
-                self.token_clip,
-                "token-level covariance clipping needs token-level importance sampling",
-                "set importance_sampling_level='token' or token_clip='none'",
-            )
-        if self.token_clip == "kl_cov" and not self.is_off_policy:
-            _fail(
-                "token_clip",
-                self.token_clip,
-                "KL-Cov is inert on-policy: with num_iterations=1 and steps_per_generation <= "
-                "gradient_accumulation_steps the old log-probs equal the current ones, so |logp - old_logp| and its "
-                "gradient are 0",
-                "set num_iterations=2 (as the paper) or steps_per_generation > gradient_accumulation_steps, "
-                "or use token_clip='clip_cov'",
-            )
-        if self.token_clip == "kl_cov" and not self.kl_cov_ppo_clip:
-            asked = []
-            if self.epsilon_high is not None:
-                asked.append(f"epsilon_high={self.epsilon_high}")
-            if self.loss_type == "cispo":
-                asked.append("loss_type='cispo' (its cap is epsilon_high)")
-            if asked:
-                _fail(
-                    "kl_cov_ppo_clip",
-                    self.kl_cov_ppo_clip,
-                    f"KL-Cov without the PPO clip (the paper's setting) sets TRL's epsilon_low / epsilon_high to "
-                    f"infinity, which would silently drop the clip you asked for: {', '.join(asked)}",
-                    "set kl_cov_ppo_clip=True to keep TRL's clip under KL-Cov, or drop epsilon_high / use another "
-                    "loss_type",
-                )
-
-    @property
-    def is_off_policy(self) -> bool:
-        """Whether a generation batch is reused across optimizer steps (TRL then computes old log-probs)."""
-        generate_every = self.steps_per_generation * self.num_iterations
-        return self.gradient_accumulation_steps % generate_every != 0
 
 
 @dataclass
@@ -499,32 +431,6 @@ class SampleFilterConfig(ConfigSection):
     def check(self) -> None:
         if self.dynamic_sampling_max_rounds < 0:
             _fail("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, "must be >= 0", "e.g. 3")
-        if self.sample_filter != "dynamic_sampling":
-            return
-        if self.advantage_estimator == "prm":
-            _fail(
-                "advantage_estimator",
-                self.advantage_estimator,
-                "sample_filter='dynamic_sampling' gives the new groups advantages from their outcome rewards, and PRM "
-                "advantages need step rewards",
-                "use advantage_estimator='grpo' or 'pass_at_k', or sample_filter='nonzero_std' (masks the groups "
-                "without signal, no refill)",
-            )
-        if self.advantage_weighting == "w_reinforce" and self.w_reinforce_baseline == "none":
-            _fail(
-                "w_reinforce_baseline",
-                self.w_reinforce_baseline,
-                "without a baseline W-REINFORCE gives every group a gradient (+lambda / -1 per sample), so no group "
-                "lacks signal and sample_filter='dynamic_sampling' has nothing to refill",
-                "set w_reinforce_baseline='group', or sample_filter='none'",
-            )
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            _fail(
-                "multi_objective_aggregation",
-                self.multi_objective_aggregation,
-                "sample_filter='dynamic_sampling' normalises the new groups' summed rewards (sum_then_normalize)",
-                "set multi_objective_aggregation='sum_then_normalize'",
-            )
 
 
 @dataclass
@@ -585,23 +491,6 @@ class KLControlConfig(ConfigSection):
             _fail("kl_diversity_target", self.kl_diversity_target, "Distinct-N lies in (0, 1]", "e.g. 0.5")
         if self.kl_diversity_n < 1:
             _fail("kl_diversity_n", self.kl_diversity_n, "must be >= 1", "e.g. kl_diversity_n=2")
-        if self.kl_control == "fixed":
-            return
-        if self.beta == 0.0:
-            _fail(
-                "beta",
-                self.beta,
-                f"kl_control={self.kl_control!r} needs a starting beta > 0: with beta=0 TRL creates no reference "
-                "model and the KL term can never switch on",
-                "set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
-            )
-        if not self.kl_beta_min <= self.beta <= self.kl_beta_max:
-            _fail(
-                "beta",
-                self.beta,
-                f"the starting beta must lie in [kl_beta_min, kl_beta_max] = [{self.kl_beta_min}, {self.kl_beta_max}]",
-                "move beta inside the clamp or widen the clamp",
-            )
 
 
 @dataclass
@@ -717,13 +606,6 @@ class EntropyControlConfig(ConfigSection):
                 "must lie in (0, 1] (a fraction of the prompt groups)",
                 "e.g. 0.25 (reference) or 1.0 for every prompt",
             )
-        if self.entropy_control == "aepo" and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
-            _fail(
-                "entropy_control",
-                self.entropy_control,
-                "AEPO replaces the entropy bonus, but entropy_coef / use_adaptive_entropy is also on",
-                "set entropy_coef=0 and use_adaptive_entropy=False, or entropy_control='none'",
-            )
 
 
 @dataclass
@@ -819,14 +701,6 @@ class MonitorConfig(ConfigSection):
             _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
         if any(int(k) < 1 for k in self.eval_pass_at_k):
             _fail("eval_pass_at_k", self.eval_pass_at_k, "k must be >= 1", "e.g. [1, 4, 8]")
-        group = self.num_generations_eval or self.num_generations
-        if self.eval_pass_at_k and max(self.eval_pass_at_k) > group:
-            _fail(
-                "eval_pass_at_k",
-                self.eval_pass_at_k,
-                f"k cannot exceed the {group} samples per eval prompt",
-                "lower k or raise num_generations_eval",
-            )
         alarms = (self.collapse_entropy_min, self.collapse_distinct2_drop, self.collapse_repetition_max)
         needs = {
             "collapse_entropy_min": "entropy",
@@ -944,6 +818,143 @@ class GRPOExtConfig(
         self._check_switches()
         for section in SECTIONS:  # each family's own checks, in the order of the sections
             section.check(self)
+        self._check_combinations()
+
+    # ------------------------------------------------------------------ across sections
+    def _check_combinations(self) -> None:
+        """Every check that reads fields of more than one section, or TRL's own: what one family needs of another
+        family or of TRL's settings. The sections' own ``check`` methods read their own fields only
+        (``tests/test_config.py`` holds them to it)."""
+        # advantages: PKPO's k of the n samples; population std only where TRL's own std applies
+        if self.advantage_estimator == "pass_at_k" and not 1 <= self.pkpo_k <= self.num_generations:
+            _fail(
+                "pkpo_k",
+                self.pkpo_k,
+                f"pass@k needs 1 <= k <= num_generations ({self.num_generations}): k of the n samples of a prompt",
+                f"e.g. pkpo_k={min(4, self.num_generations)}, or raise num_generations",
+            )
+        if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
+            _fail(
+                "advantage_std",
+                self.advantage_std,
+                f"it recomputes the sum_then_normalize advantages, but multi_objective_aggregation is "
+                f"{self.multi_objective_aggregation!r}",
+                "set multi_objective_aggregation='sum_then_normalize' or keep advantage_std='sample'",
+            )
+        if self.advantage_std == "population" and self.scale_rewards == "none":
+            _fail(
+                "advantage_std",
+                self.advantage_std,
+                "it changes the standard deviation rewards are divided by, but scale_rewards='none' divides by none "
+                "(advantages are reward - group mean), so it would do nothing",
+                "keep advantage_std='sample', or set scale_rewards='group' (or 'batch')",
+            )
+        # PRM: a PRM model only with PRM advantages
+        if self.advantage_estimator != "prm" and self.prm_model_name_or_path is not None:
+            _fail(
+                "prm_model_name_or_path",
+                self.prm_model_name_or_path,
+                f"a PRM model is only used with advantage_estimator='prm' (got {self.advantage_estimator!r})",
+                "set advantage_estimator='prm' or drop prm_model_name_or_path",
+            )
+        # token clips: TRL's importance sampling, an off-policy batch for KL-Cov, TRL's clip settings
+        if self.token_clip != "none" and self.importance_sampling_level != "token":
+            _fail(
+                "token_clip",
+                self.token_clip,
+                "token-level covariance clipping needs token-level importance sampling",
+                "set importance_sampling_level='token' or token_clip='none'",
+            )
+        if self.token_clip == "kl_cov" and not self.is_off_policy:
+            _fail(
+                "token_clip",
+                self.token_clip,
+                "KL-Cov is inert on-policy: with num_iterations=1 and steps_per_generation <= "
+                "gradient_accumulation_steps the old log-probs equal the current ones, so |logp - old_logp| and its "
+                "gradient are 0",
+                "set num_iterations=2 (as the paper) or steps_per_generation > gradient_accumulation_steps, "
+                "or use token_clip='clip_cov'",
+            )
+        if self.token_clip == "kl_cov" and not self.kl_cov_ppo_clip:
+            asked = []
+            if self.epsilon_high is not None:
+                asked.append(f"epsilon_high={self.epsilon_high}")
+            if self.loss_type == "cispo":
+                asked.append("loss_type='cispo' (its cap is epsilon_high)")
+            if asked:
+                _fail(
+                    "kl_cov_ppo_clip",
+                    self.kl_cov_ppo_clip,
+                    f"KL-Cov without the PPO clip (the paper's setting) sets TRL's epsilon_low / epsilon_high to "
+                    f"infinity, which would silently drop the clip you asked for: {', '.join(asked)}",
+                    "set kl_cov_ppo_clip=True to keep TRL's clip under KL-Cov, or drop epsilon_high / use another "
+                    "loss_type",
+                )
+        # sample filters: dynamic sampling's new groups need outcome advantages a group can lack
+        dynamic = self.sample_filter == "dynamic_sampling"
+        if dynamic and self.advantage_estimator == "prm":
+            _fail(
+                "advantage_estimator",
+                self.advantage_estimator,
+                "sample_filter='dynamic_sampling' gives the new groups advantages from their outcome rewards, and PRM "
+                "advantages need step rewards",
+                "use advantage_estimator='grpo' or 'pass_at_k', or sample_filter='nonzero_std' (masks the groups "
+                "without signal, no refill)",
+            )
+        if dynamic and self.advantage_weighting == "w_reinforce" and self.w_reinforce_baseline == "none":
+            _fail(
+                "w_reinforce_baseline",
+                self.w_reinforce_baseline,
+                "without a baseline W-REINFORCE gives every group a gradient (+lambda / -1 per sample), so no group "
+                "lacks signal and sample_filter='dynamic_sampling' has nothing to refill",
+                "set w_reinforce_baseline='group', or sample_filter='none'",
+            )
+        if dynamic and self.multi_objective_aggregation != "sum_then_normalize":
+            _fail(
+                "multi_objective_aggregation",
+                self.multi_objective_aggregation,
+                "sample_filter='dynamic_sampling' normalises the new groups' summed rewards (sum_then_normalize)",
+                "set multi_objective_aggregation='sum_then_normalize'",
+            )
+        # KL control: TRL's beta is the controller's starting value
+        if self.kl_control != "fixed" and self.beta == 0.0:
+            _fail(
+                "beta",
+                self.beta,
+                f"kl_control={self.kl_control!r} needs a starting beta > 0: with beta=0 TRL creates no reference "
+                "model and the KL term can never switch on",
+                "set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
+            )
+        if self.kl_control != "fixed" and not self.kl_beta_min <= self.beta <= self.kl_beta_max:
+            _fail(
+                "beta",
+                self.beta,
+                f"the starting beta must lie in [kl_beta_min, kl_beta_max] = [{self.kl_beta_min}, {self.kl_beta_max}]",
+                "move beta inside the clamp or widen the clamp",
+            )
+        # entropy control: AEPO replaces TRL's entropy bonus
+        if self.entropy_control == "aepo" and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
+            _fail(
+                "entropy_control",
+                self.entropy_control,
+                "AEPO replaces the entropy bonus, but entropy_coef / use_adaptive_entropy is also on",
+                "set entropy_coef=0 and use_adaptive_entropy=False, or entropy_control='none'",
+            )
+        # monitor: pass@k of the eval groups
+        group = self.num_generations_eval or self.num_generations
+        if self.eval_pass_at_k and max(self.eval_pass_at_k) > group:
+            _fail(
+                "eval_pass_at_k",
+                self.eval_pass_at_k,
+                f"k cannot exceed the {group} samples per eval prompt",
+                "lower k or raise num_generations_eval",
+            )
+
+    @property
+    def is_off_policy(self) -> bool:
+        """Whether a generation batch is reused across optimizer steps (TRL then computes old log-probs)."""
+        generate_every = self.steps_per_generation * self.num_iterations
+        return self.gradient_accumulation_steps % generate_every != 0
 
     def _check_numbers(self) -> None:
         """Every numeric extension field is a finite number of its type (not a string from YAML, not a boolean, not
