@@ -198,3 +198,30 @@ def test_policy_weight_parity_with_trls_loss_gradient(make_trainer, train_datase
     aggregate_single_process(trainer, per_token, inputs, "dapo").backward()
     torch.testing.assert_close(probe.logps.grad, leaf.grad)
     assert bool(((probe.logps.grad != 0) == ((weight > 0) & mask.bool())).all())
+
+
+@pytest.mark.parametrize("settings", [{}, {"mask_truncated_completions": True, "pad_to_multiple_of": 8}])
+def test_rollout_tensors_parity_with_trls_padding(make_trainer, train_dataset, settings):
+    """rollouts.rollout_tensors (how AEPO's and dynamic sampling's rows are padded before they join TRL's batch) pads
+    exactly as TRL 1.16's _generate_and_score_completions pads its own batch: the same rows, given as the token lists
+    TRL's _generate returns, come back as TRL's prompt / completion ids and masks."""
+    from trl_grpo_ext.rollouts import Rollout, rollout_tensors
+
+    trainer = make_trainer(max_completion_length=6, **settings)
+    generated = {}
+    original = trainer._generate
+
+    def spy(prompts):
+        out = original(prompts)
+        generated["prompt_ids"], generated["completion_ids"] = out[0], out[1]
+        return out
+
+    trainer._generate = spy
+    out = scored_batch(trainer, train_dataset)
+    rollout = Rollout(generated["prompt_ids"], generated["completion_ids"], None, [None] * len(out["prompt_ids"]), None)
+    ours = rollout_tensors(rollout, trainer.ext_host)
+    for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"):
+        torch.testing.assert_close(ours[key], out[key], msg=key)
+    if settings:  # both settings acted: widths rounded up to 8, a row cut at max_completion_length masked whole
+        assert ours["completion_ids"].size(1) % 8 == 0 and ours["prompt_ids"].size(1) % 8 == 0
+        assert bool((ours["completion_mask"].sum(1) == 0).any())
