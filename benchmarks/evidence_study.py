@@ -558,12 +558,14 @@ def verdict_rows(out: Path, split: str, warm_starts, seeds, baseline: str = "van
     from trl_grpo_ext.stats import cluster_bootstrap, paired_differences
 
     rows = [f"| tool | metric | setting | arm - {baseline} [95% interval] | verdict |", "|---|---|---|---|---|"]
+    listed = set()  # an arm shared by two studies (the clean-reward runs) is one row per metric
     for study, arms in studies().items():
         testbed = TESTBED_OF[study]
         vanilla = collect(out, split, baseline, warm_starts, seeds, testbed)
         for name in arms:
-            if name == baseline:
+            if name == baseline or (testbed, name) in listed:
                 continue
+            listed.add((testbed, name))
             runs = collect(out, split, name, warm_starts, seeds, testbed)
             for key, label, scale, form in HEADLINE[testbed]:
                 diffs = paired_differences(
