@@ -2,14 +2,17 @@
 
     python benchmarks/evidence_study.py --study forks_tools     # the tools vs vanilla on the many-answers task
     python benchmarks/evidence_study.py --study forks_tools2    # more tools, same task and vanilla runs
+    python benchmarks/evidence_study.py --study forks_cov       # Clip-Cov / KL-Cov at the paper's and 10x ratios
     python benchmarks/evidence_study.py --study forks_knobs     # TRL's own knobs vs vanilla on the same task
+    python benchmarks/evidence_study.py --study forks_knobs2    # two more of TRL's knobs
     python benchmarks/evidence_study.py --study forks_frontier  # vanilla stopped earlier: the trade-off for free
     python benchmarks/evidence_study.py --study forks_pkpo      # pass@k advantages (PKPO) on the same task
     python benchmarks/evidence_study.py --study forks_explore   # W-REINFORCE and entropy-shaped advantages
     python benchmarks/evidence_study.py --study forks_dynamic   # dynamic sampling (DAPO's refill)
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
-    python benchmarks/evidence_study.py --study length_other    # filter, default tools, the clean reward
-    python benchmarks/evidence_study.py --study length_clean    # the clean reward alone (the alarm's false alarms)
+    python benchmarks/evidence_study.py --study length_adaptive # the default tools' KL controller alone there
+    python benchmarks/evidence_study.py --study length_other    # PF-PPO's filter and the default tools there
+    python benchmarks/evidence_study.py --study length_clean    # trained on the clean reward (the alarm's false alarms)
     python benchmarks/evidence_study.py --study forks_tools --report   # the table from the saved runs only
     python benchmarks/evidence_study.py --picker                # PF-PPO's R^2 picker on the length-biased reward
 
@@ -62,12 +65,15 @@ class Arm:
 TESTBED_OF = {
     "forks_tools": "forks",
     "forks_tools2": "forks",
+    "forks_cov": "forks",
     "forks_knobs": "forks",
+    "forks_knobs2": "forks",
     "forks_frontier": "forks",
     "forks_pkpo": "forks",
     "forks_explore": "forks",
     "forks_dynamic": "forks",
     "length_kl": "length_bias",
+    "length_adaptive": "length_bias",
     "length_other": "length_bias",
     "length_clean": "length_bias",
 }
@@ -79,21 +85,26 @@ def studies() -> dict[str, dict[str, Arm]]:
 
     tools = dict(testbed.DEFAULT_TOOLS)
     return {
+        # Two arms a study (24 runs, under 30 minutes on 2 cores); an arm's runs are stored once and shared.
         "forks_tools": {
             "default tools": Arm(tools, "KL-Cov k 2e-2 + adaptive KL (cap 0.3) + AEPO target 0.2"),
             "KL-Cov k=2e-3": Arm({"token_clip": "kl_cov", "kl_cov_ratio": 2e-3}, "the paper's ratio for 7B"),
-            "Clip-Cov r=2e-4": Arm({"token_clip": "clip_cov", "clip_cov_ratio": 2e-4}, "the paper's ratio"),
         },
         "forks_tools2": {
             "AEPO (target 0.2)": Arm({"entropy_control": "aepo", "aepo_target_entropy": 0.2}),
             "adaptive KL": Arm({k: tools[k] for k in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}),
+        },
+        "forks_cov": {
+            "Clip-Cov r=2e-4": Arm({"token_clip": "clip_cov", "clip_cov_ratio": 2e-4}, "the paper's ratio"),
             "KL-Cov k=2e-2": Arm({"token_clip": "kl_cov", "kl_cov_ratio": 2e-2}, "ten times the paper's"),
         },
         "forks_knobs": {
             "epsilon_high=0.28": Arm({"epsilon_high": 0.28}, "clip-higher (DAPO)"),
+            "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
+        },
+        "forks_knobs2": {
             "temperature 1.0": Arm({"temperature": 1.0}, "rollout temperature"),
             "top_entropy_quantile=0.2": Arm({"top_entropy_quantile": 0.2}, "train on the top-20% entropy tokens"),
-            "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
         },
         # Is "more distinct right answers" more than "trained less"? Vanilla stopped earlier (its own schedule, so the
         # learning rate still decays to 0) traces the accuracy / diversity trade-off a user gets for free.
@@ -126,15 +137,16 @@ def studies() -> dict[str, dict[str, Arm]]:
         },
         "length_kl": {
             "fixed beta 0.04": Arm({"beta": 0.04}, "TRL's KL term, constant"),
-            "adaptive KL": Arm({k: tools[k] for k in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}),
             "diversity KL": Arm(dict(length_bias.TOOLS), "beta rises while Distinct-2 is under 0.3"),
+        },
+        "length_adaptive": {
+            "adaptive KL": Arm({k: tools[k] for k in ("beta", "kl_control", "kl_target", "kl_horizon", "kl_beta_max")}),
         },
         "length_other": {
             "PF best_worst": Arm({"sample_filter": "best_worst"}, "PF-PPO's best-worst filter"),
             "default tools": Arm(tools, "KL-Cov k 2e-2 + adaptive KL (cap 0.3) + AEPO target 0.2"),
-            "vanilla, clean reward": Arm(reward="gold", note="trained on the gold reward: the alarm's false alarms"),
         },
-        # The clean-reward runs alone (the same arm as in length_other): the alarm's false alarms, cheaply.
+        # The clean-reward runs: the alarm's false alarms.
         "length_clean": {
             "vanilla, clean reward": Arm(reward="gold", note="trained on the gold reward: the alarm's false alarms"),
         },

@@ -225,13 +225,14 @@ def test_evidence_picker_lines_name_the_winner_per_warm_start(benchmarks_on_path
     assert evidence_study.picker_lines(tmp_path / "elsewhere", [0]) == []
 
 
-def test_evidence_verdicts_list_an_arm_shared_by_two_studies_once(benchmarks_on_path, tmp_path):
+def test_evidence_verdicts_list_an_arm_shared_by_two_studies_once(benchmarks_on_path, tmp_path, monkeypatch):
     import evidence_study
 
-    studies = evidence_study.studies()
-    shared = [name for name in studies["length_clean"] if name in studies["length_other"]]
-    assert shared  # the clean-reward arm is in both studies
-    for arm in ["vanilla", *shared]:
+    shared = evidence_study.Arm(reward="gold")
+    two = {"a": {"clean": shared, "other": evidence_study.Arm()}, "b": {"clean": shared}}
+    monkeypatch.setattr(evidence_study, "studies", lambda: two)
+    monkeypatch.setattr(evidence_study, "TESTBED_OF", {"a": "length_bias", "b": "length_bias"})
+    for arm in ("vanilla", "clean", "other"):
         for w in range(6):
             for g in range(2):
                 run = {"eval": {"greedy_gold": 0.5 if arm != "vanilla" else 0.0, "gap": 0.1 * w}}
@@ -239,4 +240,6 @@ def test_evidence_verdicts_list_an_arm_shared_by_two_studies_once(benchmarks_on_
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(run))
     rows = evidence_study.verdict_rows(tmp_path, "test", range(6), range(2))
-    assert sum(row.startswith(f"| {shared[0]} |") for row in rows) == len(evidence_study.HEADLINE["length_bias"])
+    metrics = len(evidence_study.HEADLINE["length_bias"])
+    assert sum(row.startswith("| clean |") for row in rows) == metrics
+    assert sum(row.startswith("| other |") for row in rows) == metrics
