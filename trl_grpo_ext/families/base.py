@@ -160,7 +160,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
         "vllm_is_ratio", "truncated",
     ),
     "set_beta": (),  # assigning ``host.beta`` (the KL controllers); reading it is everyone's
-    "ratio_clip": ("drop_ratio_clip",),  # switch TRL's PPO ratio clip off (Clip-Cov)
+    "ratio_clip": ("drop_ratio_clip",),  # switch TRL's PPO ratio clip off (KL-Cov without kl_cov_ppo_clip)
     "scoring_model": ("prepare_scoring_model", "reward_kwargs", "step_reward_funcs"),  # PRM step rewards
     "callbacks": ("add_callback",),  # act at step ends (the collapse monitor)
     "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
