@@ -117,25 +117,32 @@ def check_summary(summary: dict, runs: set[str]) -> None:
                 assert 0.0 <= value <= 1.0, (run, key, value)
 
 
+def run_recipe(tmp_path, *flags, launcher=None):
+    """Run the recipe offline with ``flags`` (plus its own output and cache folders under ``tmp_path``): (the
+    finished process, the output folder, its summary.json). ``launcher``: what starts it (default: this Python)."""
+    out = tmp_path / "run"
+    cmd = [
+        *(launcher or [sys.executable]),
+        str(RECIPE),
+        *flags,
+        "--output_dir",
+        str(out),
+        "--cache_dir",
+        str(tmp_path / "c"),
+    ]
+    proc = _run(cmd, tmp_path)
+    return proc, out, json.loads((out / "summary.json").read_text())
+
+
 def test_recipe_default_runs_vanilla_and_tools(tmp_path):
     """The embedded default: the length-biased reward, vanilla and the diversity-driven KL term side by side, gold
     beside the proxy, and when the collapse alarm fired."""
-    out = tmp_path / "run"
-    proc = _run(
-        [
-            sys.executable,
-            str(RECIPE),
-            *QUICK,
-            "--eval_checkpoint_every",
-            "2",
-            "--output_dir",
-            str(out),
-            "--cache_dir",
-            str(tmp_path / "c"),
-        ],
+    proc, out, summary = run_recipe(
         tmp_path,
+        *QUICK,
+        "--eval_checkpoint_every",
+        "2",
     )
-    summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "vanilla", "final"})
     for run in ("start", "vanilla", "final"):  # gold (the summary keys) beside the proxy it was trained on
         m = summary[run]
@@ -160,22 +167,12 @@ def test_recipe_default_runs_vanilla_and_tools(tmp_path):
 
 def test_recipe_addition_config_runs_the_default_tools(tmp_path):
     """The addition testbed (the default until 0.2.0): one right answer per prompt, the default tools."""
-    out = tmp_path / "run"
-    proc = _run(
-        [
-            sys.executable,
-            str(RECIPE),
-            "--config",
-            str(ROOT / "recipes" / "configs" / "addition.yaml"),
-            *QUICK,
-            "--output_dir",
-            str(out),
-            "--cache_dir",
-            str(tmp_path / "c"),
-        ],
+    proc, out, summary = run_recipe(
         tmp_path,
+        "--config",
+        str(ROOT / "recipes" / "configs" / "addition.yaml"),
+        *QUICK,
     )
-    summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "vanilla", "final"})
     assert summary["task"] == "addition" and "gap" not in summary["final"]
     assert summary["train"]["tools"] == {"token_clip": "kl_cov", "kl_control": "adaptive", "entropy_control": "aepo"}
@@ -183,64 +180,49 @@ def test_recipe_addition_config_runs_the_default_tools(tmp_path):
 
 
 def test_recipe_without_vanilla(tmp_path):
-    out = tmp_path / "run"
-    _run(
-        [
-            sys.executable,
-            str(RECIPE),
-            *QUICK,
-            "--compare_vanilla",
-            "false",
-            "--output_dir",
-            str(out),
-            "--cache_dir",
-            str(tmp_path / "c"),
-        ],
+    _, out, summary = run_recipe(
         tmp_path,
+        *QUICK,
+        "--compare_vanilla",
+        "false",
     )
-    summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "final"})
     assert "vanilla" not in summary and not (out / "vanilla").exists()
 
 
 def test_recipe_chains_task_with_prm(tmp_path):
     """The multi-step task the PRM configs use: steps, step accuracy, the vanilla baseline without step rewards."""
-    out = tmp_path / "run"
-    _run(
-        [
-            sys.executable,
-            str(RECIPE),
-            "--config",
-            str(ROOT / "recipes" / "configs" / "prm.yaml"),
-            "--max_steps",
-            "2",
-            "--per_device_train_batch_size",
-            "8",
-            "--sft_warm_start_epochs",
-            "0",
-            "--eval_num_problems",
-            "4",
-            "--eval_sampled_problems",
-            "2",
-            "--num_train_examples",
-            "64",
-            "--output_dir",
-            str(out),
-            "--cache_dir",
-            str(tmp_path / "c"),
-        ],
+    _, _, summary = run_recipe(
         tmp_path,
+        "--config",
+        str(ROOT / "recipes" / "configs" / "prm.yaml"),
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        "--sft_warm_start_epochs",
+        "0",
+        "--eval_num_problems",
+        "4",
+        "--eval_sampled_problems",
+        "2",
+        "--num_train_examples",
+        "64",
     )
-    summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "vanilla", "final"})
     assert summary["task"] == "chains" and 0.0 <= summary["final"]["step_acc"] <= 1.0
     assert summary["train"]["tools"] == {"advantage_estimator": "prm"}
 
 
 def test_recipe_runs_two_processes(tmp_path):
-    out = tmp_path / "run2"
-    _run(
-        [
+    _, _, summary = run_recipe(
+        tmp_path,
+        *QUICK,
+        "--compare_vanilla",
+        "false",
+        "--per_device_train_batch_size",
+        "32",
+        launcher=[
             sys.executable,
             "-m",
             "torch.distributed.run",
@@ -248,20 +230,8 @@ def test_recipe_runs_two_processes(tmp_path):
             "2",
             "--master_port",
             str(free_port()),
-            str(RECIPE),
-            *QUICK,
-            "--compare_vanilla",
-            "false",
-            "--per_device_train_batch_size",
-            "32",
-            "--output_dir",
-            str(out),
-            "--cache_dir",
-            str(tmp_path / "c"),
         ],
-        tmp_path,
     )
-    summary = json.loads((out / "summary.json").read_text())
     check_summary(summary, {"start", "final"})  # the same result shape as one process
     assert summary["train"]["steps"] == 4 and summary["train"]["num_processes"] == 2
 
@@ -269,29 +239,19 @@ def test_recipe_runs_two_processes(tmp_path):
 def test_recipe_forks_task_prints_reward_independent_metrics(tmp_path):
     """The many-answers task: greedy accuracy, pass@k from 64 samples (k = 1 .. 64) and distinct right answers of the
     start, vanilla and the tools, on the test half of the held-out prompts; a pass@k plot with the three curves."""
-    out = tmp_path / "run"
-    proc = _run(
-        [
-            sys.executable,
-            str(RECIPE),
-            "--config",
-            str(ROOT / "recipes" / "configs" / "forks.yaml"),
-            "--max_steps",
-            "2",
-            "--sft_num_examples",
-            "256",
-            "--eval_num_problems",
-            "4",
-            "--num_train_examples",
-            "256",
-            "--output_dir",
-            str(out),
-            "--cache_dir",
-            str(tmp_path / "c"),
-        ],
+    proc, out, summary = run_recipe(
         tmp_path,
+        "--config",
+        str(ROOT / "recipes" / "configs" / "forks.yaml"),
+        "--max_steps",
+        "2",
+        "--sft_num_examples",
+        "256",
+        "--eval_num_problems",
+        "4",
+        "--num_train_examples",
+        "256",
     )
-    summary = json.loads((out / "summary.json").read_text())
     assert summary["task"] == "forks"
     for run in ("start", "vanilla", "final"):
         m = summary[run]

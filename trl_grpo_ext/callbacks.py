@@ -111,6 +111,11 @@ def _text(completion) -> str:
     return completion
 
 
+def _fingerprint(completions) -> tuple | None:
+    """What tells one state of TRL's completions table from another (None while it is empty)."""
+    return (len(completions), id(completions[0]), id(completions[-1])) if completions else None
+
+
 class PlainTRLSource:
     """The collapse monitor's adapter to a plain ``trl.GRPOTrainer`` (its plain-TRL mode): the few members of the
     Host the monitor uses (``args``, ``global_step``, ``log``, ``log_column``), plus what it pulls there because no
@@ -142,10 +147,8 @@ class PlainTRLSource:
         """(ids, mask, group size) of the newest training completions of TRL's table, re-tokenised; None when there
         are none new (a step that reuses its generation batch, or an evaluation's completions)."""
         completions = list(self.trainer._logs["completion"])
-        if not completions:
-            return None
-        fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
-        if fingerprint == self._fingerprint:
+        fingerprint = _fingerprint(completions)
+        if fingerprint is None or fingerprint == self._fingerprint:
             return None
         self._fingerprint = fingerprint
         tokenizer = getattr(self.trainer.processing_class, "tokenizer", self.trainer.processing_class)
@@ -154,9 +157,7 @@ class PlainTRLSource:
 
     def mark_completions_seen(self) -> None:
         """An evaluation just filled TRL's table: its completions are not training data."""
-        completions = self.trainer._logs["completion"]
-        if completions:
-            self._fingerprint = (len(completions), id(completions[0]), id(completions[-1]))
+        self._fingerprint = _fingerprint(self.trainer._logs["completion"]) or self._fingerprint
 
     def new_entropies(self) -> list[float]:
         """TRL's logged mean token entropies (one per training loss pass, already gathered over processes) since the
