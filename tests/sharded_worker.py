@@ -112,7 +112,7 @@ def main():
     refills = []
     if aepo_mode == "dynamic":
         member = trainer.extensions["sample_filter"]
-        draw, on_generation = trainer.ext_host.draw_prompts, member.on_generation
+        draw, on_generation = trainer.ext_rollouts.draw_prompts, member.on_generation
 
         def drawing(count, generator):
             global REFILLING
@@ -129,7 +129,7 @@ def main():
                 refills.append(0 if update.splice is None else len(update.splice.rows))
             return update
 
-        trainer.ext_host.draw_prompts, member.on_generation = drawing, refilling
+        trainer.ext_rollouts.draw_prompts, member.on_generation = drawing, refilling
     models = {"policy": trainer.model}
     if trainer.ref_model is not None:
         models["ref"] = trainer.ref_model

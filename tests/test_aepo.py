@@ -308,6 +308,6 @@ def test_spliced_reference_logps_follow_trls_choice_of_reference(make_trainer, t
     out = scored_batch(trainer, train_dataset, num_prompts=2)  # term mode: TRL's rows untouched
     chunk = {key: out[key] for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
     with torch.no_grad():
-        ref = trainer.ext_host.reference_logps(chunk)
+        ref = trainer.ext_rollouts.reference_logps(chunk)
     mask = out["completion_mask"].bool()
     torch.testing.assert_close(ref[mask], out["ref_per_token_logps"][mask])

@@ -1,5 +1,6 @@
 """The boundary between the families and TRL (issue 12): families talk to a narrow Host; TRL's private surface lives in
-trainer.py and trl_compat.py only, is declared, and exists in the installed TRL; no module-level import cycle."""
+trainer.py, rollouts.py (the rollout service) and trl_compat.py only, is declared, and exists in the installed TRL; no
+module-level import cycle."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
+from conftest import scored_batch
 
 PACKAGE = Path(__file__).resolve().parent.parent / "trl_grpo_ext"
 FAMILY_MODULES = sorted((PACKAGE / "families").glob("*.py"))
@@ -67,9 +70,9 @@ def test_extensions_receive_the_host_not_the_trainer(make_trainer):
     assert all(isinstance(object.__getattribute__(e.host, "_host"), TrainerHost) for e in trainer.extensions.values())
     assert all(not hasattr(e, "trainer") for e in trainer.extensions.values())
     # each member's view holds what its class declared: AEPO may regenerate, the sample filter may not
-    assert callable(trainer.extensions["entropy_control"].host.regenerate)
+    assert callable(trainer.extensions["entropy_control"].host.rollouts.regenerate)
     with pytest.raises(AttributeError, match="'rollout'"):
-        trainer.extensions["sample_filter"].host.regenerate  # noqa: B018
+        trainer.extensions["sample_filter"].host.rollouts  # noqa: B018
 
 
 class _FakeHost:
@@ -79,8 +82,10 @@ class _FakeHost:
     beta = 0.0
     feeds_collapse_monitor = False
 
-    def regenerate(self, prompts, *, temperature):
-        return ("rolled", tuple(prompts), temperature)
+    class rollouts:  # noqa: N801  (the rollout service, as the capability 'rollout' reaches it)
+        @staticmethod
+        def regenerate(prompts, *, temperature):
+            return ("rolled", tuple(prompts), temperature)
 
     def log(self, mode, name, value):
         self.logged = (mode, name, value)
@@ -97,13 +102,13 @@ def test_a_member_uses_only_the_host_capabilities_it_declares():
 
     class Greedy(Extension):
         def on_generation(self, batch):
-            return self.host.regenerate(["1+1="], temperature=0.5)
+            return self.host.rollouts.regenerate(["1+1="], temperature=0.5)
 
     class Declared(Greedy):
         host_capabilities = ("rollout",)
 
     host = _FakeHost()
-    with pytest.raises(AttributeError, match=r"Greedy uses host\.regenerate.*'rollout'.*Greedy\.host_capabilities"):
+    with pytest.raises(AttributeError, match=r"Greedy uses host\.rollouts.*'rollout'.*Greedy\.host_capabilities"):
         Greedy(host).on_generation(None)
     assert Declared(host).on_generation(None) == ("rolled", ("1+1=",), 0.5)
     member = Greedy(host)
@@ -173,11 +178,11 @@ def _names_used_on_trl(path: Path, owners=("self", "trainer", "self._trainer")) 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in PACKAGE.rglob("*.py")))
 def test_trl_private_names_only_in_the_declared_files(module):
-    """TRL's private names appear only in trainer.py, trl_compat.py and callbacks.py (the public CollapseMonitor on a
-    plain GRPOTrainer): a TRL port touches those three."""
+    """TRL's private names appear only in trainer.py, rollouts.py (the rollout service), trl_compat.py and callbacks.py
+    (the public CollapseMonitor on a plain GRPOTrainer): a TRL port touches those four."""
     from trl_grpo_ext.trl_compat import TRL_SURFACE
 
-    allowed = {"trainer.py", "trl_compat.py", "callbacks.py"}
+    allowed = {"trainer.py", "rollouts.py", "trl_compat.py", "callbacks.py"}
     path = next(PACKAGE.rglob(module))
     private = {name for name in TRL_SURFACE if name.startswith("_")} - {"_save_checkpoint", "_step"}
     tree = ast.parse(path.read_text())
@@ -193,8 +198,9 @@ def test_trl_private_surface_is_declared_and_exists(make_trainer):
     from trl_grpo_ext.trainer import GRPOExtTrainer
     from trl_grpo_ext.trl_compat import TRL_OPTIONAL_SURFACE, TRL_SURFACE
 
-    own = set(vars(GRPOExtTrainer)) | {"ext_collectives", "extensions", "ext_host", "ext_clock", "collapse_monitor"}
+    own = set(vars(GRPOExtTrainer)) | {"ext_collectives", "extensions", "ext_host", "ext_rollouts", "ext_clock"}
     used = (_names_used_on_trl(PACKAGE / "trainer.py") & _trl_owned_names()) - own
+    used |= _names_used_on_trl(PACKAGE / "rollouts.py", owners=("trainer", "self._trainer")) & _trl_owned_names()
     # CollapseMonitor on a plain GRPOTrainer (the public callback) reads TRL's buffers itself
     from trl_grpo_ext.trainer import TrainerHost
 
@@ -317,6 +323,52 @@ def test_handoff_gives_the_value_to_the_first_inner_call_only():
             pass
 
 
+def test_handoffs_live_in_the_call_not_on_the_trainer(make_trainer, train_dataset):
+    """The trainer carries no hand-off between its calls (no HandOff among its attributes; grep finds no ``_ext_``
+    side-channel attribute), and an open hand-off is invisible to another thread (two trainers in two threads)."""
+    import threading
+
+    from trl_grpo_ext.trainer import HandOff
+
+    trainer = make_trainer(token_clip="clip_cov", entropy_control="aepo", aepo_adv_threshold=0.0)
+    scored_batch(trainer, train_dataset)
+    assert not [name for name, value in vars(trainer).items() if isinstance(value, HandOff)]
+    assert not [name for name in vars(trainer) if name.startswith("_ext_")]
+    handoff, seen = HandOff("outer"), []
+    with handoff.open("main thread's"):
+        thread = threading.Thread(target=lambda: seen.append(handoff.take()))
+        thread.start()
+        thread.join()
+        assert handoff.take() == "main thread's"
+    assert seen == [None]
+
+
+def test_one_member_selects_tokens(make_trainer, train_dataset):
+    """A token clip returns its selection from ``select_tokens``; the trainer stores it in ``ctx.selected`` for the
+    member's other hooks, and refuses a second selecting member naming both."""
+    from trl_grpo_ext.families.base import Extension
+
+    trainer = make_trainer(token_clip="kl_cov", kl_cov_ratio=0.2, num_iterations=2, beta=0.0)
+    inputs = scored_batch(trainer, train_dataset)
+    seen = []
+
+    class Watcher(Extension):
+        def extra_loss(self, ctx):
+            seen.append(ctx.selected)
+
+    trainer.extensions["watcher"] = Watcher(trainer.ext_host)
+    trainer._compute_loss(trainer.model, inputs)
+    assert seen and seen[0].dtype == torch.bool and bool(seen[0].any())
+
+    class Greedy(Extension):
+        def select_tokens(self, logps, ctx):
+            return torch.ones_like(logps, dtype=torch.bool)
+
+    trainer.extensions["greedy"] = Greedy(trainer.ext_host)
+    with pytest.raises(ValueError, match=r"Two members select tokens in one run \('token_clip' and 'greedy'\)"):
+        trainer._compute_loss(trainer.model, inputs)
+
+
 def test_config_imports_no_behaviour():
     """config.py validates against trl_grpo_ext.names (registries, metric names, TRL's loss types), never the
     families, the monitor or the TRL copies, at module level or inside a check."""
@@ -358,7 +410,8 @@ def test_members_declare_every_config_field_they_read(path):
     from trl_grpo_ext import GRPOExtConfig
     from trl_grpo_ext.families.base import config_fields_of
 
-    module = importlib.import_module(f"trl_grpo_ext.families.{path.stem}")
+    package = "trl_grpo_ext.families"
+    module = importlib.import_module(package if path.stem == "__init__" else f"{package}.{path.stem}")
     real = {f.name for f in dataclasses.fields(GRPOExtConfig)}
     for name, reads in _args_read_per_class(path).items():
         cls = getattr(module, name)

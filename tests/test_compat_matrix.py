@@ -289,7 +289,7 @@ def _flat_outside_refills(funcs: list) -> list:
 
 def _watch_refills(trainer) -> None:
     member = trainer.extensions["sample_filter"]
-    draw, on_generation = trainer.ext_host.draw_prompts, member.on_generation
+    draw, on_generation = trainer.ext_rollouts.draw_prompts, member.on_generation
 
     def drawing(count, generator):
         _REFILLING["on"] = True
@@ -301,7 +301,7 @@ def _watch_refills(trainer) -> None:
         finally:
             _REFILLING["on"] = False
 
-    trainer.ext_host.draw_prompts, member.on_generation = drawing, refilling
+    trainer.ext_rollouts.draw_prompts, member.on_generation = drawing, refilling
 
 
 def acted_dynamic_sampling(trainer, logs):

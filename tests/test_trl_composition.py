@@ -256,7 +256,7 @@ def test_aepo_term_only_on_high_entropy_tokens(make_trainer, train_dataset):
     completion_ids = [row[m.bool()].tolist() for row, m in pairs]
     aepo._chunks = aepo._build_chunks(_rollout(prompt_ids, completion_ids), list(range(len(prompt_ids))))
     chunk = aepo._chunks[0]
-    host = trainer.ext_host
+    host = trainer.ext_rollouts
     logps, entropies = host.policy_logps(chunk, compute_entropy=True)
     captured = {}
     original = host.policy_logps
@@ -436,7 +436,7 @@ def test_aepo_switches_vllm_temperature_per_call_without_a_second_sync(make_trai
     trainer._last_loaded_step = trainer.state.global_step  # TRL's own generation of this step synced already
     aepo = trainer.extensions["entropy_control"]
     prompts = [train_dataset[0]["prompt"]] * 4
-    rollout = trainer.ext_host.regenerate(prompts, temperature=1.2)
+    rollout = trainer.ext_rollouts.regenerate(prompts, temperature=1.2)
     completion_ids, logprobs = rollout.completion_ids, rollout.logprobs
     assert fake.calls == [1.2] and fake.temperature == 1.0  # set for the call, restored after
     assert fake.syncs == 0  # same step: the weights vLLM holds are current

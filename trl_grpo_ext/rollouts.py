@@ -1,29 +1,36 @@
-"""Rollouts made outside TRL's batch, and splicing them into it: the rollout mechanism of the families.
+"""Rollouts made outside TRL's batch, and splicing them into it: the rollout room of the families.
 
 AEPO's reference mode generates a batch's prompts again at another temperature, scores the samples with the same
 reward functions, and puts the kept ones in place of the first rows of TRL's batch (:class:`Splice`); its term mode pads
-them into chunks of its own (:func:`rollout_tensors`). Generation and scoring go through TRL's own methods (the host's
-``regenerate`` / ``score``); everything that turns a rollout into TRL-shaped rows lives here:
+them into chunks of its own (:func:`rollout_tensors`); dynamic sampling draws new prompts and splices whole groups.
+Everything they do outside TRL's own batch is here:
 
+- :class:`RolloutService`: the door to TRL for it (generation through TRL's ``_generate`` at another temperature,
+  scoring through the trainer's reward functions, drawing training prompts, policy / reference log-probs, vLLM's
+  importance-sampling ratio). A member reaches it as ``host.rollouts`` where its class declares the ``rollout``
+  capability; it is the only object of the families that touches TRL's generation;
 - :func:`rollout_tensors`: a rollout padded as TRL pads its batch (prompts on the left, completions on the right,
   ``pad_to_multiple_of``, ``mask_truncated_completions``, tool / env masks, the sampler's log-probs);
 - :func:`apply_splice`: those rows written over the first rows of TRL's generation output, every (B, T) entry widened
   to the wider width, the old / reference log-probs and vLLM importance-sampling ratio recomputed for them through
-  the host (TRL's own methods), and ``num_items_in_batch`` recounted. Every process runs the same forwards whatever it
-  splices (a process with nothing to splice runs them on one of its own rows): under FSDP / ZeRO-3 a forward is a
+  the service (TRL's own methods), and ``num_items_in_batch`` recounted. Every process runs the same forwards whatever
+  it splices (a process with nothing to splice runs them on one of its own rows): under FSDP / ZeRO-3 a forward is a
   collective.
+
+The trainer builds the service and applies the :class:`Splice` a member returns (``GenerationUpdate.splice``) through
+:func:`apply_splice`, the one generic path; it holds no code of AEPO's or dynamic sampling's.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from .families.base import Host
+from .trl_compat import combined_rewards, reference_logps, vllm_importance_sampling_ratio
 
 
 @dataclass
@@ -108,6 +115,151 @@ class Splice:
             raise ValueError(f"a splice of {n} samples needs ({n},) advantages, got {tuple(self.advantages.shape)}")
 
 
+class RolloutService:
+    """Generation, scoring and forwards outside TRL's own batch, through the trainer's TRL 1.16 methods: what a member
+    that declares the ``rollout`` capability reaches as ``host.rollouts`` (AEPO, dynamic sampling).
+
+    TRL 1.16 surface used here (declared in ``trl_compat.TRL_SURFACE``, pinned by ``tests/test_trl_contract.py``):
+    ``_generate``, ``_calculate_rewards``, ``_get_per_token_logps_and_entropies``, ``_metrics``, ``_tokenizer``,
+    ``generation_config``, ``vllm_generation``, ``use_vllm``, ``vllm_importance_sampling_*``, ``reward_weights``,
+    ``eos_token_ids``, ``pad_to_multiple_of``, ``mask_truncated_completions``, and the ``ref_model`` through
+    :func:`~trl_grpo_ext.trl_compat.reference_logps`.
+
+    Args:
+        trainer: the ``GRPOTrainer`` whose model, reward functions and dataset the rollouts use.
+        members: the run's family members, in hook order, read at each call (the trainer passes its live
+            ``extensions.values()``: it builds the members after the service); :meth:`group_advantages` asks them.
+    """
+
+    def __init__(self, trainer, members: Iterable[Any] = ()):
+        self._trainer = trainer
+        self._members = members
+
+    # ------------------------------------------------------------------ how TRL pads and ends its rows
+    @property
+    def device(self) -> torch.device:
+        return self._trainer.accelerator.device
+
+    @property
+    def pad_token_id(self) -> int:
+        return self._trainer._tokenizer.pad_token_id
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return list(self._trainer.eos_token_ids)
+
+    @property
+    def pad_to_multiple_of(self) -> int | None:
+        return self._trainer.pad_to_multiple_of
+
+    @property
+    def mask_truncated_completions(self) -> bool:
+        return bool(self._trainer.mask_truncated_completions)
+
+    def truncated(self, completion_ids: list[list[int]]) -> list[bool]:
+        """Per row, whether the completion stopped without EOS or pad (TRL's ``mask_truncated_completions`` test)."""
+        ends = {*self.eos_token_ids, self.pad_token_id}
+        return [not ids or ids[-1] not in ends for ids in completion_ids]
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Concatenate a tensor of every process along dim 0."""
+        return self._trainer.accelerator.gather(tensor)
+
+    # ------------------------------------------------------------------ generation and scoring
+    def regenerate(self, prompts: list, *, temperature: float) -> Rollout:
+        """Generate the prompts again through TRL's ``_generate`` at another sampling temperature (transformers or
+        vLLM), leaving TRL's completion metrics and token counters as they were."""
+        trainer = self._trainer
+        saved_metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
+        saved_tokens = trainer.state.num_input_tokens_seen
+        config = getattr(trainer, "generation_config", None)
+        vllm = getattr(trainer, "vllm_generation", None)
+        old = (config.temperature if config is not None else None, getattr(vllm, "temperature", None))
+        try:
+            if config is not None:
+                config.temperature = temperature
+            if vllm is not None:
+                vllm.temperature = temperature
+            prompt_ids, completion_ids, tool_mask, completions, logprobs, _, _, _ = trainer._generate(prompts)
+        finally:
+            if config is not None:
+                config.temperature = old[0]
+            if vllm is not None:
+                vllm.temperature = old[1]
+            trainer._metrics["train"].clear()
+            trainer._metrics["train"].update(saved_metrics)
+            trainer.state.num_input_tokens_seen = saved_tokens
+        return Rollout(prompt_ids, completion_ids, tool_mask, completions, logprobs)
+
+    def draw_prompts(self, count: int, generator: torch.Generator) -> list[dict[str, Any]]:
+        """``count`` rows of the training dataset drawn uniformly (with replacement) by ``generator``; ``ValueError``
+        naming the fix where the dataset cannot be indexed (an ``IterableDataset``) or is empty."""
+        dataset = self._trainer.train_dataset
+        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise ValueError(
+                f"train_dataset ({type(dataset).__name__}) cannot be drawn from at random: drawing new prompts "
+                "(sample_filter='dynamic_sampling') needs a map-style dataset. Fix: pass a datasets.Dataset (not an "
+                "IterableDataset), or use sample_filter='nonzero_std'."
+            )
+        if len(dataset) == 0:
+            raise ValueError("train_dataset is empty: there are no prompts to draw. Fix: pass a non-empty dataset.")
+        picks = torch.randint(len(dataset), (count,), generator=generator, device=generator.device).tolist()
+        return [dataset[i] for i in picks]
+
+    def score(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
+        """(N,) weighted reward sum of all processes' rows (NaN where unscorable), by the trainer's reward functions
+        (its ``_calculate_rewards``: the same checks and errors as TRL's own batch; a collective)."""
+        trainer = self._trainer
+        rewards_per_func = trainer._calculate_rewards(inputs, prompts, completions, completion_ids)
+        return combined_rewards(rewards_per_func, trainer.reward_weights)
+
+    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        """(n,) advantages of whole groups scored outside TRL's batch, from their (n,) rewards: those of the first
+        member that gives them (the advantage estimator's ``group_advantages``); ``ValueError`` where none does (PRM
+        needs step rewards)."""
+        for member in self._members:
+            advantages = member.group_advantages(rewards, group_size)
+            if advantages is not None:
+                return advantages
+        raise ValueError(
+            f"advantage_estimator={getattr(self._trainer.args, 'advantage_estimator', None)!r} cannot give "
+            "advantages to groups scored outside TRL's batch from their rewards alone"
+        )
+
+    # ------------------------------------------------------------------ forwards
+    def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
+        """(b, t) log-probs (with gradient when enabled) and entropies (or None) of a chunk's completions under the
+        policy, through TRL's ``_get_per_token_logps_and_entropies``."""
+        trainer = self._trainer
+        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=compute_entropy
+        )
+        return logps, entropies
+
+    def reference_logps(self, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(b, t) log-probs of a chunk's completions under TRL's reference model (its ``ref_model``, or the PEFT base /
+        "ref" adapter), as TRL computes its batch's ``ref_per_token_logps``."""
+        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+        return reference_logps(self._trainer, input_ids, attention_mask, chunk["completion_ids"].size(1))
+
+    def vllm_is_ratio(self, old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor):
+        """TRL's vLLM importance-sampling ratio for these tokens, or None when that correction is off."""
+        trainer = self._trainer
+        if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
+            return None
+        return vllm_importance_sampling_ratio(
+            old_logps,
+            sampling_logps,
+            mask,
+            mode=trainer.vllm_importance_sampling_mode,
+            clip_min=trainer.args.vllm_importance_sampling_clip_min,
+            clip_max=trainer.args.vllm_importance_sampling_clip_max,
+        )
+
+
 #: Keys of TRL 1.16's generation output for multimodal batches: a splice cannot rebuild them for new rows.
 MULTIMODAL_KEYS = (
     "pixel_values",
@@ -149,17 +301,17 @@ def widen(tensor: torch.Tensor, width: int, value, *, left: bool = False) -> tor
     return torch.cat([pad, tensor], dim=1) if left else torch.cat([tensor, pad], dim=1)
 
 
-def rollout_tensors(rollout: Rollout, host: Host) -> dict[str, torch.Tensor]:
+def rollout_tensors(rollout: Rollout, rollouts: RolloutService) -> dict[str, torch.Tensor]:
     """A rollout as TRL pads its batch: ``prompt_ids`` / ``prompt_mask`` (b, p) left-padded, ``completion_ids`` /
     ``completion_mask`` (b, t) right-padded, ``completion_mask`` 0 on a truncated row under
     ``mask_truncated_completions``; ``tool_mask`` (b, t) when the rollout has one; ``sampling_logps`` (b, t) when it has
-    the sampler's log-probs (NaN where missing); widths rounded up to ``pad_to_multiple_of``; on the host's device."""
-    pad_id, multiple = host.pad_token_id, host.pad_to_multiple_of
+    the sampler's log-probs (NaN where missing); widths rounded up to ``pad_to_multiple_of``; on the run's device."""
+    pad_id, multiple = rollouts.pad_token_id, rollouts.pad_to_multiple_of
     prompts = [torch.tensor(ids, dtype=torch.long) for ids in rollout.prompt_ids]
     lengths = [len(ids) for ids in rollout.completion_ids]
     p_width = _round_up(max(len(p) for p in prompts), multiple)
     t_width = _round_up(max(max(lengths), 1), multiple)
-    truncated = [host.mask_truncated_completions and cut for cut in host.truncated(rollout.completion_ids)]
+    truncated = [rollouts.mask_truncated_completions and cut for cut in rollouts.truncated(rollout.completion_ids)]
     out = {
         "prompt_ids": torch.stack([_pad_to(p, p_width, pad_id, left=True) for p in prompts]),
         "prompt_mask": torch.stack([_pad_to(torch.ones_like(p), p_width, 0, left=True) for p in prompts]),
@@ -186,18 +338,18 @@ def rollout_tensors(rollout: Rollout, host: Host) -> dict[str, torch.Tensor]:
             for lp, n in zip(rollout.logprobs, lengths, strict=True)
         ]
         out["sampling_logps"] = torch.stack([_pad_to(r, t_width, 0.0) for r in rows])
-    return {key: value.to(host.device) for key, value in out.items()}
+    return {key: value.to(rollouts.device) for key, value in out.items()}
 
 
 @torch.no_grad()
-def apply_splice(out: dict[str, Any], splice: Splice, host: Host, *, keep_key: str) -> None:
+def apply_splice(out: dict[str, Any], splice: Splice, rollouts: RolloutService, *, keep_key: str) -> None:
     """Put ``splice.rollout`` in place of this process's first rows (or ``splice.rows``) of TRL's generation output
     ``out`` (in place).
 
     The new rows are padded as TRL pads (:func:`rollout_tensors`); their old log-probs (when TRL keeps them), reference
-    log-probs (when ``beta != 0``) and vLLM importance-sampling ratio are computed with TRL's own methods through the
-    host, and ``num_items_in_batch`` is recounted like TRL's. ``keep_key``: the sample filter's per-row keep flag
-    (spliced rows train).
+    log-probs (when ``beta != 0``) and vLLM importance-sampling ratio are computed with TRL's own methods through
+    ``rollouts``, and ``num_items_in_batch`` is recounted like TRL's. ``keep_key``: the sample filter's per-row keep
+    flag (spliced rows train).
     """
     multimodal = [key for key in MULTIMODAL_KEYS if key in out]
     if multimodal:
@@ -219,10 +371,10 @@ def apply_splice(out: dict[str, Any], splice: Splice, host: Host, *, keep_key: s
             if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == batch_rows:
                 value[dst] = value[src]
     idx = torch.tensor(targets, dtype=torch.long, device=device)  # (rows,)
-    pad_id = host.pad_token_id
+    pad_id = rollouts.pad_token_id
     new = None
     if rows:
-        new = rollout_tensors(splice.rollout, host)
+        new = rollout_tensors(splice.rollout, rollouts)
         p_width = max(out["prompt_ids"].size(1), new["prompt_ids"].size(1))
         t_width = max(out["completion_ids"].size(1), new["completion_ids"].size(1))
         for key, value in (("prompt_ids", pad_id), ("prompt_mask", 0)):
@@ -257,9 +409,9 @@ def apply_splice(out: dict[str, Any], splice: Splice, host: Host, *, keep_key: s
     forward_idx = idx if rows else torch.zeros(1, dtype=torch.long, device=device)
     chunk = {key: out[key][forward_idx] for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
     if "old_per_token_logps" in out:  # TRL keeps them when the batch is reused off-policy (or for vLLM IS)
-        out["old_per_token_logps"][idx] = host.policy_logps(chunk)[0][:rows]
+        out["old_per_token_logps"][idx] = rollouts.policy_logps(chunk)[0][:rows]
     if "ref_per_token_logps" in out:
-        out["ref_per_token_logps"][idx] = host.reference_logps(chunk)[:rows]
+        out["ref_per_token_logps"][idx] = rollouts.reference_logps(chunk)[:rows]
     width = out["completion_ids"].size(1)
     if rows and "sampling_per_token_logps" in out:
         sampling = new.get("sampling_logps")
@@ -271,14 +423,14 @@ def apply_splice(out: dict[str, Any], splice: Splice, host: Host, *, keep_key: s
         if ratio.size(1) > 1:
             ratio = widen(ratio, width, 1.0)
         mask = out["completion_mask"][idx] * out.get("tool_mask", out["completion_mask"])[idx]
-        ratio[idx] = host.vllm_is_ratio(
+        ratio[idx] = rollouts.vllm_is_ratio(
             out["old_per_token_logps"][idx],
             out["sampling_per_token_logps"][idx],
             mask.to(out["old_per_token_logps"].dtype),
         ).to(ratio.dtype)
         out["importance_sampling_ratio"] = ratio
     loss_mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
-    out["num_items_in_batch"] = host.gather(loss_mask.sum()).sum()
+    out["num_items_in_batch"] = rollouts.gather(loss_mask.sum()).sum()
 
 
-__all__ = ["MULTIMODAL_KEYS", "Rollout", "Splice", "apply_splice", "rollout_tensors", "widen"]
+__all__ = ["MULTIMODAL_KEYS", "Rollout", "RolloutService", "Splice", "apply_splice", "rollout_tensors", "widen"]

@@ -9,14 +9,16 @@ Overridden TRL 1.16 methods (and why):
         the entropies) and token clips act on the log-probs here.
     ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save and restore extension state (TRL's own pattern).
 
-Extensions never see the trainer: :class:`TrainerHost` (below) is their only door to TRL, and every TRL name used here
-is listed in ``trl_compat.TRL_SURFACE`` (``tests/test_boundary.py``).
+Extensions never see the trainer: :class:`TrainerHost` (below) is their only door to TRL, with the
+:class:`~trl_grpo_ext.rollouts.RolloutService` for the members that generate outside TRL's batch; every TRL name used
+here is listed in ``trl_compat.TRL_SURFACE`` (``tests/test_boundary.py``).
 """
 
 from __future__ import annotations
 
 import collections.abc
 import contextlib
+import contextvars
 import functools
 import inspect
 import json
@@ -43,17 +45,15 @@ from .core.advantages import MAX_ABS_REWARD
 from .families import FAMILIES, TRAINER_METRICS, Extension, GenerationBatch, LossContext, declared_metrics
 from .families.base import KEEP_KEY, GenerationUpdate
 from .families.observers import OBSERVERS
-from .rollouts import Rollout, apply_splice
+from .rollouts import RolloutService, apply_splice
 from .trl_compat import (
     TRL_VERSION,
     aggregate_like_loss_type,
     combined_rewards,
     default_output_dir,
     prepare_scoring_model,
-    reference_logps,
     reward_kwargs,
     trl_policy_weight,
-    vllm_importance_sampling_ratio,
 )
 
 logger = logging.getLogger(__name__)
@@ -91,48 +91,59 @@ class HandOff:
     nothing between them (``_calculate_rewards`` inside ``_generate_and_score_completions``,
     ``_get_per_token_logps_and_entropies`` inside ``_compute_loss``).
 
-    The outer override opens it for the length of its ``super()`` call (``with handoff.open(value) as slot``); the
-    first inner call that wants the value takes it (:meth:`take`) or fills an empty slot (:meth:`put`). Outside the
-    outer call, and for every later inner call of the same outer call, there is nothing to take or fill: a forward or
-    a scoring that a member runs itself (AEPO's regenerated samples) can neither read nor overwrite the batch's value.
+    The value lives in a context variable for the length of the outer override's ``super()`` call (``with
+    handoff.open(value) as slot``), not on the trainer: the trainer holds no state between its calls. The first inner
+    call that wants the value takes it (:meth:`take`) or fills an empty slot (:meth:`put`). Outside the outer call, and
+    for every later inner call of the same outer call, there is nothing to take or fill: a forward or a scoring that a
+    member runs itself (AEPO's regenerated samples) can neither read nor overwrite the batch's value. Context variables
+    are per thread (and per asyncio task), so two trainers in two threads never see each other's values.
     """
 
     def __init__(self, name: str):
         self.name = name
-        self._slot: list | None = None
+        self._slot: contextvars.ContextVar[list | None] = contextvars.ContextVar(f"trl_grpo_ext.{name}", default=None)
 
     @contextlib.contextmanager
     def open(self, value=None):
-        if self._slot is not None:
+        if self._slot.get() is not None:
             raise RuntimeError(f"{self.name}: opened again inside its own call (TRL's call order changed?)")
-        slot = self._slot = [value]
+        slot = [value]
+        token = self._slot.set(slot)
         try:
             yield slot
         finally:
-            self._slot = None
+            self._slot.reset(token)
 
     def take(self):
         """The value, once per opening (None after it is taken, and while closed)."""
-        if self._slot is None:
+        slot = self._slot.get()
+        if slot is None:
             return None
-        value, self._slot[0] = self._slot[0], None
+        value, slot[0] = slot[0], None
         return value
 
     def put(self, value) -> None:
         """Fill the open slot if it is still empty (the first inner call wins); nothing while closed."""
-        if self._slot is not None and self._slot[0] is None:
-            self._slot[0] = value
+        slot = self._slot.get()
+        if slot is not None and slot[0] is None:
+            slot[0] = value
+
+
+#: What TRL's own scoring of a generation batch gives the batch's hooks (rewards and rows as TRL scored them).
+SCORED = HandOff("_generate_and_score_completions")
+#: The loss context of a micro-batch, filled by TRL's policy forward inside ``_compute_loss``.
+LOSS_CONTEXT = HandOff("_compute_loss")
 
 
 class TrainerHost:
     """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: everything the extensions use of TRL.
 
-    TRL 1.16 private surface used here: ``_metrics``, ``_logs``, ``_step``, ``_tokenizer``, ``_generate``,
-    ``_calculate_rewards``, ``_get_per_token_logps_and_entropies``, ``_log_completion_extra``, ``_log_metric``, and
-    the attributes ``beta``, ``loss_type``, ``epsilon_low`` / ``epsilon_high``, ``scale_rewards``, ``reward_weights``,
-    ``environments``, ``generation_config``, ``vllm_generation``, ``use_vllm``, ``vllm_importance_sampling_*``,
+    TRL 1.16 private surface used here: ``_metrics``, ``_logs``, ``_step``, ``_tokenizer``, ``_dist``,
+    ``_log_completion_extra``, ``_log_metric``, and the attributes ``beta``, ``loss_type``, ``epsilon_low`` /
+    ``epsilon_high``, ``scale_rewards``, ``reward_weights``, ``reward_funcs``, ``environments``,
     ``top_entropy_quantile``, ``eos_token_ids``, ``max_completion_length``, ``current_gradient_accumulation_steps``
-    (pinned by ``tests/test_trl_contract.py``).
+    (pinned by ``tests/test_trl_contract.py``). Generation, scoring and forwards outside TRL's batch are the
+    :class:`~trl_grpo_ext.rollouts.RolloutService`'s (``rollouts``, for the members that declare ``rollout``).
     """
 
     #: The collapse monitor built on a host is fed by the hooks and logs through it (see CollapseMonitor).
@@ -191,24 +202,8 @@ class TrainerHost:
         return self._trainer._tokenizer
 
     @property
-    def pad_token_id(self) -> int:
-        return self._trainer._tokenizer.pad_token_id
-
-    @property
-    def eos_token_ids(self) -> list[int]:
-        return list(self._trainer.eos_token_ids)
-
-    @property
-    def pad_to_multiple_of(self) -> int | None:
-        return self._trainer.pad_to_multiple_of
-
-    @property
     def scale_rewards(self) -> str:
         return self._trainer.scale_rewards
-
-    @property
-    def mask_truncated_completions(self) -> bool:
-        return bool(self._trainer.mask_truncated_completions)
 
     @property
     def top_entropy_quantile(self) -> float:
@@ -236,6 +231,10 @@ class TrainerHost:
 
     def add_callback(self, callback) -> None:
         self._trainer.add_callback(callback)
+
+    @property
+    def rollouts(self) -> RolloutService:
+        return self._trainer.ext_rollouts
 
     @torch.no_grad()
     def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
@@ -318,91 +317,16 @@ class TrainerHost:
             logged.pop()
         logged.extend(per_row.tolist())
 
-    def regenerate(self, prompts: list, *, temperature: float) -> Rollout:
-        trainer = self._trainer
-        saved_metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
-        saved_tokens = trainer.state.num_input_tokens_seen
-        config = getattr(trainer, "generation_config", None)
-        vllm = getattr(trainer, "vllm_generation", None)
-        old = (config.temperature if config is not None else None, getattr(vllm, "temperature", None))
-        try:
-            if config is not None:
-                config.temperature = temperature
-            if vllm is not None:
-                vllm.temperature = temperature
-            prompt_ids, completion_ids, tool_mask, completions, logprobs, _, _, _ = trainer._generate(prompts)
-        finally:
-            if config is not None:
-                config.temperature = old[0]
-            if vllm is not None:
-                vllm.temperature = old[1]
-            trainer._metrics["train"].clear()
-            trainer._metrics["train"].update(saved_metrics)
-            trainer.state.num_input_tokens_seen = saved_tokens
-        return Rollout(prompt_ids, completion_ids, tool_mask, completions, logprobs)
-
-    def draw_prompts(self, count: int, generator: torch.Generator) -> list[dict[str, Any]]:
-        dataset = self._trainer.train_dataset
-        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise ValueError(
-                f"train_dataset ({type(dataset).__name__}) cannot be drawn from at random: drawing new prompts "
-                "(sample_filter='dynamic_sampling') needs a map-style dataset. Fix: pass a datasets.Dataset (not an "
-                "IterableDataset), or use sample_filter='nonzero_std'."
-            )
-        if len(dataset) == 0:
-            raise ValueError("train_dataset is empty: there are no prompts to draw. Fix: pass a non-empty dataset.")
-        picks = torch.randint(len(dataset), (count,), generator=generator, device=generator.device).tolist()
-        return [dataset[i] for i in picks]
-
-    def score(self, inputs, prompts, completions, completion_ids) -> torch.Tensor:
-        trainer = self._trainer
-        rewards_per_func = trainer._calculate_rewards(inputs, prompts, completions, completion_ids)
-        return combined_rewards(rewards_per_func, trainer.reward_weights)
-
-    def group_advantages(self, rewards, group_size) -> torch.Tensor:
-        estimator = self._trainer.extensions["advantage_estimator"]
-        advantages = estimator.group_advantages(rewards, group_size)
-        if advantages is None:
-            raise ValueError(
-                f"advantage_estimator={self.args.advantage_estimator!r} cannot give advantages to groups scored "
-                "outside TRL's batch from their rewards alone"
-            )
-        return advantages
-
     def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
         """As TRL 1.16's ``_calculate_rewards`` builds them (``trl_compat.reward_kwargs``), plus ``completion_ids``."""
         return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}
 
-    def truncated(self, completion_ids: list[list[int]]) -> list[bool]:
-        ends = {*self.eos_token_ids, self.pad_token_id}
-        return [not ids or ids[-1] not in ends for ids in completion_ids]
 
-    def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
-        trainer = self._trainer
-        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
-        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
-        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=compute_entropy
-        )
-        return logps, entropies
-
-    def reference_logps(self, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
-        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
-        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
-        return reference_logps(self._trainer, input_ids, attention_mask, chunk["completion_ids"].size(1))
-
-    def vllm_is_ratio(self, old_logps, sampling_logps, mask):
-        trainer = self._trainer
-        if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
-            return None
-        return vllm_importance_sampling_ratio(
-            old_logps,
-            sampling_logps,
-            mask,
-            mode=trainer.vllm_importance_sampling_mode,
-            clip_min=self.args.vllm_importance_sampling_clip_min,
-            clip_max=self.args.vllm_importance_sampling_clip_max,
-        )
+def _reward_timeouts() -> int:
+    """Math answers scored 0.0 by a time bound in this process so far (0 before the worker pool of
+    :mod:`trl_grpo_ext.rewards.pool` is imported)."""
+    pool = sys.modules.get("trl_grpo_ext.rewards.pool")
+    return 0 if pool is None else pool.timeouts_total()
 
 
 def _is_reward_value(value) -> bool:
@@ -613,8 +537,6 @@ class GRPOExtTrainer(GRPOTrainer):
                 )
         if callable(step_reward_funcs):
             step_reward_funcs = [step_reward_funcs]
-        pool = sys.modules.get("trl_grpo_ext.rewards.pool")  # timeouts before this trainer are not its own
-        self._ext_reward_timeouts_seen = pool.timeouts_total() if pool is not None else 0
         self.step_reward_funcs = list(step_reward_funcs or [])
         for i, source in enumerate(self.step_reward_funcs):
             if not callable(source):
@@ -634,10 +556,8 @@ class GRPOExtTrainer(GRPOTrainer):
         self._check_dataset_size()
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
-        # what TRL's scoring gives the batch's hooks, and the loss context TRL's policy forward fills (see HandOff)
-        self._ext_rewards = HandOff("_generate_and_score_completions")
-        self._ext_loss = HandOff("_compute_loss")
         self.extensions: dict[str, Extension] = {}
+        self.ext_rollouts = RolloutService(self, members=self.extensions.values())  # the rollout room's door to TRL
         self.ext_host = TrainerHost(self)
         for switch, registry in FAMILIES.items():  # one member per family, in the order the hooks run
             cls = registry.get(getattr(args, switch))
@@ -716,8 +636,7 @@ class GRPOExtTrainer(GRPOTrainer):
                 "overflow and every advantage would silently be 0. Fix: lower GRPOExtConfig.reward_weights or rescale "
                 "the rewards."
             )
-        self._log_reward_timeouts()
-        self._ext_rewards.put(
+        SCORED.put(
             dict(
                 rewards_per_func=rewards_per_func,
                 inputs=inputs,
@@ -727,24 +646,17 @@ class GRPOExtTrainer(GRPOTrainer):
             )
         )
 
-    def _log_reward_timeouts(self) -> None:
-        """``rewards/timeouts``: math answers scored 0.0 by a time bound in this batch (only once the worker pool of
-        :mod:`trl_grpo_ext.rewards.pool` has been used)."""
-        pool = sys.modules.get("trl_grpo_ext.rewards.pool")
-        if pool is None:
-            return
-        total = pool.timeouts_total()
-        seen = self._ext_reward_timeouts_seen
-        self._ext_reward_timeouts_seen = total
-        mode = "train" if self.model.training else "eval"
-        (key,) = TRAINER_METRICS
-        self._metrics[mode][key].append(float(total - seen))
-
     def _generate_and_score_completions(self, inputs):
-        with self._ext_rewards.open() as scored:  # TRL's own scoring of this batch fills it (_calculate_rewards)
+        timeouts = _reward_timeouts()
+        with SCORED.open() as scored:  # TRL's own scoring of this batch fills it (_calculate_rewards)
             output = super()._generate_and_score_completions(inputs)
         with self.ext_clock.measure():
             self._on_generation(output, scored[0])
+            if sys.modules.get("trl_grpo_ext.rewards.pool") is not None:  # once math answers were scored by it
+                # rewards/timeouts: answers of this batch scored 0.0 by a time bound (the members' scoring included)
+                (key,) = TRAINER_METRICS
+                mode = "train" if self.model.training else "eval"
+                self._metrics[mode][key].append(float(_reward_timeouts() - timeouts))
         return output
 
     def _on_generation(self, output, scored: dict[str, Any]) -> None:
@@ -806,7 +718,7 @@ class GRPOExtTrainer(GRPOTrainer):
     def _apply_splice(self, batch: GenerationBatch, splice) -> None:
         """Write a member's :class:`~trl_grpo_ext.rollouts.Splice` into TRL's batch (the rollout mechanism of
         :mod:`trl_grpo_ext.rollouts`; a method so that tests can watch it)."""
-        apply_splice(batch.output, splice, self.ext_host, keep_key=KEEP_KEY)
+        apply_splice(batch.output, splice, self.ext_rollouts, keep_key=KEEP_KEY)
 
     def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:
         """(B, T) of every process, right-padded with 0 to the longest T, concatenated: (N, T')."""
@@ -827,7 +739,7 @@ class GRPOExtTrainer(GRPOTrainer):
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
             ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
-        with self._ext_loss.open(ctx):  # TRL's policy forward inside takes it (_get_per_token_logps_and_entropies)
+        with LOSS_CONTEXT.open(ctx):  # TRL's policy forward inside takes it (_get_per_token_logps_and_entropies)
             loss = super()._compute_loss(model, inputs)
         if ctx.logps is None:
             raise RuntimeError(
@@ -847,7 +759,7 @@ class GRPOExtTrainer(GRPOTrainer):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
-        ctx = self._ext_loss.take()  # the first call inside _compute_loss: the policy's differentiable forward
+        ctx = LOSS_CONTEXT.take()  # the first call inside _compute_loss: the policy's differentiable forward
         if ctx is not None:
             ctx.logps = logps
             ctx.entropies = entropies
@@ -860,9 +772,24 @@ class GRPOExtTrainer(GRPOTrainer):
                 ctx.policy_weight = trl_policy_weight(
                     self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=ctx.inputs, old_logps=ctx.old_logps
                 )
+                ctx.selected = self._selection(logps, ctx)
                 for extension in self.extensions.values():
                     logps = extension.modify_logps(logps, ctx)
         return logps, entropies, aux
+
+    def _selection(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
+        """The (B, T) tokens the one selecting member (a token clip) returned from ``select_tokens``, or None."""
+        chosen = None
+        for name, extension in self.extensions.items():
+            selected = extension.select_tokens(logps, ctx)
+            if selected is not None:
+                if chosen is not None:
+                    raise ValueError(
+                        f"Two members select tokens in one run ({chosen[0]!r} and {name!r}): ctx.selected holds one "
+                        "selection. Fix: switch one of them off."
+                    )
+                chosen = (name, selected)
+        return None if chosen is None else chosen[1]
 
     # ------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, *args, **kwargs):

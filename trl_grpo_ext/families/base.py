@@ -1,9 +1,10 @@
 """The hook interface of a family member, the narrow :class:`Host` it talks to, and the contexts of the hooks.
 
 An extension never sees the trainer: it gets a :class:`Host`, the one door to TRL (beta, metric logging, loss-type
-aggregation, seeded generators, collectives, the tokenizer, regeneration, scoring, policy log-probs). Every access to
-TRL's private attributes lives behind it, in ``trl_grpo_ext/trainer.py`` (``TrainerHost``); a TRL upgrade touches that
-file and ``trl_compat.py``, and ``tests/test_boundary.py`` fails if a family module reaches past the host.
+aggregation, seeded generators, collectives, the tokenizer, and for the members that generate outside TRL's batch the
+rollout service of :mod:`trl_grpo_ext.rollouts`). Every access to TRL's private attributes lives behind it, in
+``trl_grpo_ext/trainer.py`` (``TrainerHost``) and ``trl_grpo_ext/rollouts.py`` (``RolloutService``); a TRL upgrade
+touches those and ``trl_compat.py``, and ``tests/test_boundary.py`` fails if a family module reaches past the host.
 
 A member sees the host through a :class:`HostView`: what changes TRL's run beyond the loss (generating and scoring
 rollouts, setting beta, dropping the ratio clip, callbacks, a scoring model) is in :data:`CAPABILITIES`, and a member
@@ -32,7 +33,7 @@ from ..names import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TO
     TOKEN_CLIPS,
     registry_for,
 )
-from ..rollouts import Rollout, Splice
+from ..rollouts import RolloutService, Splice
 from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
 
 
@@ -43,6 +44,8 @@ class Host(Protocol):
     collectives: Collectives  #: sums / concatenations over all processes
     beta: float  #: KL coefficient TRL reads live in its loss (settable)
     clock: Any  #: the trainer's ``ExtClock`` of plugin time (work outside the hooks, a callback, measures with it)
+    #: generation, scoring and forwards outside TRL's batch (the ``rollout`` capability; :mod:`trl_grpo_ext.rollouts`)
+    rollouts: RolloutService
 
     @property
     def loss_type(self) -> str: ...
@@ -63,15 +66,7 @@ class Host(Protocol):
     @property
     def tokenizer(self) -> Any: ...
     @property
-    def pad_token_id(self) -> int: ...
-    @property
-    def eos_token_ids(self) -> list[int]: ...
-    @property
-    def pad_to_multiple_of(self) -> int | None: ...
-    @property
     def scale_rewards(self) -> str: ...
-    @property
-    def mask_truncated_completions(self) -> bool: ...
     @property
     def top_entropy_quantile(self) -> float: ...
     @property
@@ -116,38 +111,9 @@ class Host(Protocol):
     def log_advantages(self, per_row: torch.Tensor) -> None:
         """Replace the advantages of the last N rows of TRL's completions table by (N,) ``per_row``."""
 
-    def regenerate(self, prompts: list, *, temperature: float) -> Rollout:
-        """Generate the prompts again through TRL's ``_generate`` at another sampling temperature, leaving TRL's
-        completion metrics and token counters as they were."""
-
-    def draw_prompts(self, count: int, generator: torch.Generator) -> list[dict[str, Any]]:
-        """``count`` rows of the training dataset drawn uniformly (with replacement) by ``generator``; ``ValueError``
-        naming the fix where the dataset cannot be indexed (an ``IterableDataset``) or is empty."""
-
-    def score(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
-        """(N,) weighted reward sum of all processes' rows (NaN where unscorable), by TRL's reward functions."""
-
-    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-        """(n,) advantages the configured ``advantage_estimator`` gives whole groups scored outside TRL's batch, from
-        their (n,) rewards (dynamic sampling's new groups)."""
-
     def reward_kwargs(self, inputs: list[dict], completion_ids: list) -> dict[str, Any]:
         """The keyword arguments TRL passes to reward functions for these rows (dataset columns, trainer_state,
         log_extra, log_metric, environments, completion_ids)."""
-
-    def truncated(self, completion_ids: list[list[int]]) -> list[bool]:
-        """Per row, whether the completion stopped without EOS or pad (TRL's ``mask_truncated_completions`` test)."""
-
-    def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
-        """(b, t) log-probs (with gradient when enabled) and entropies (or None) of a chunk's completions under the
-        policy, through TRL's ``_get_per_token_logps_and_entropies``."""
-
-    def reference_logps(self, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(b, t) log-probs of a chunk's completions under TRL's reference model (its ``ref_model``, or the PEFT base /
-        "ref" adapter), as TRL computes its batch's ``ref_per_token_logps``."""
-
-    def vllm_is_ratio(self, old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor):
-        """TRL's vLLM importance-sampling ratio for these tokens, or None when that correction is off."""
 
 
 #: Host members a family member may use only where its class declares the capability
@@ -155,10 +121,7 @@ class Host(Protocol):
 #: logging, collectives, seeded generators, loss aggregation) is every member's.
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     # generate, score and run forwards outside TRL's own batch (AEPO, dynamic sampling)
-    "rollout": (
-        "regenerate", "draw_prompts", "score", "group_advantages", "policy_logps", "reference_logps",
-        "vllm_is_ratio", "truncated",
-    ),
+    "rollout": ("rollouts",),
     "set_beta": (),  # assigning ``host.beta`` (the KL controllers); reading it is everyone's
     "ratio_clip": ("drop_ratio_clip",),  # switch TRL's PPO ratio clip off (KL-Cov without kl_cov_ppo_clip)
     "scoring_model": ("prepare_scoring_model", "reward_kwargs", "step_reward_funcs"),  # PRM step rewards
@@ -330,7 +293,8 @@ class LossContext:
         mode: "train" or "eval".
         row_scale: factor the sample filter applies to per-sequence aggregations (1.0 otherwise).
         logps: (B, T) the policy's log-probs with gradient, as the model returned them (set by the trainer).
-        selected: (B, T) bool, tokens chosen by the token clip, if any.
+        selected: (B, T) bool, the tokens a member's ``select_tokens`` returned (the token clip's), or None (set by
+            the trainer).
         entropies: (B, T) per-token entropies of the same forward pass (no gradient needed).
         policy_weight: (B, T) the factor TRL 1.16 multiplies into its per-token policy loss (not the KL term): the
             ``top_entropy_quantile`` mask x the ``off_policy_mask_threshold`` sequence mask x vLLM's importance-sampling
@@ -387,6 +351,9 @@ class Extension:
         ``shape_advantages(advantages, ctx)``: inside the loss, once the policy's log-probs and entropies
             (``ctx.logps``, ``ctx.entropies``) are known: returns the (B,) or (B, T) advantages TRL's loss uses for this
             micro-batch (the input unchanged by default; the buffered batch is never edited).
+        ``select_tokens(logps, ctx)``: inside the loss, before ``modify_logps``: the (B, T) bool tokens the member acts
+            on in this micro-batch (a token clip's selection), or None; the trainer stores it as ``ctx.selected`` for
+            the member's ``modify_logps`` and ``extra_loss`` (one member per run may select).
         ``modify_logps(logps, ctx)``: inside the loss, on the log-probs TRL's loss is about to use.
         ``extra_loss(ctx)``: a term added to TRL's loss (aggregate it with :meth:`aggregate`).
         ``loss_scale(inputs, mode)``: a factor for this micro-batch's per-sequence loss (the trainer scales the
@@ -422,6 +389,9 @@ class Extension:
 
     def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return advantages
+
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
+        return None
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return logps

@@ -24,9 +24,9 @@ class DynamicSampling(PolicyFilter):
     prompts from ``train_dataset`` (uniformly, a generator seeded per process and step), generates and scores a group
     for each through TRL's own ``_generate`` and reward functions (the rollout mechanism AEPO's regeneration uses,
     :mod:`trl_grpo_ext.rollouts`), and puts the new groups that have signal in place of those without, with the
-    advantages the configured estimator gives them (``Host.group_advantages``: GRPO's group-normalised ones with
-    ``scale_rewards`` and ``advantage_std`` as configured, over the new groups; PKPO's weights). It repeats until no
-    process has a group without signal or ``dynamic_sampling_max_rounds`` rounds ran.
+    advantages the configured estimator gives them (``RolloutService.group_advantages``: GRPO's group-normalised ones
+    with ``scale_rewards`` and ``advantage_std`` as configured, over the new groups; PKPO's weights). It repeats until
+    no process has a group without signal or ``dynamic_sampling_max_rounds`` rounds ran.
 
     Every process runs the same number of generation rounds with the same number of prompts (the largest need of any
     process; a process needing fewer keeps the extra groups unused): generation and the log-prob forwards are
@@ -63,12 +63,14 @@ class DynamicSampling(PolicyFilter):
         super().__init__(host)
         self.strategy = "nonzero_std"  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
         if self.args.dynamic_sampling_max_rounds:
-            self.host.draw_prompts(0, torch.Generator())  # refuses, naming the fix, a dataset it cannot draw from
+            # refuses, naming the fix, a dataset it cannot draw from
+            self.host.rollouts.draw_prompts(0, torch.Generator())
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode != "train":
             return super().on_generation(batch)  # evaluation: nonzero_std's rule, only with pf_filter_eval
         args, host = self.args, self.host
+        rollouts = host.rollouts
         group = batch.group_size
         local_rows = len(batch.prompts)
         if local_rows % group:
@@ -92,10 +94,11 @@ class DynamicSampling(PolicyFilter):
             if count <= 0:
                 break
             rounds += 1
-            rows = [row for row in host.draw_prompts(count, generator) for _ in range(group)]
+            rows = [row for row in rollouts.draw_prompts(count, generator) for _ in range(group)]
             prompts = [row["prompt"] for row in rows]
-            rollout = host.regenerate(prompts, temperature=args.temperature)
-            rewards = host.score(rows, prompts, rollout.completions, rollout.completion_ids)  # (processes x count x G,)
+            rollout = rollouts.regenerate(prompts, temperature=args.temperature)
+            # (processes x count x G,)
+            rewards = rollouts.score(rows, prompts, rollout.completions, rollout.completion_ids)
             width = count * group
             own = rewards[rank * width : (rank + 1) * width].view(count, group)  # (count, G)
             for j, has_signal in enumerate(self._signal(own.reshape(-1), group).tolist()):
@@ -120,7 +123,7 @@ class DynamicSampling(PolicyFilter):
         if refilled or duplicated:  # the same decision on every process: each runs the splice's forwards
             advantages = torch.zeros(0, device=device)  # a process with nothing new splices no row
             if found:  # (len(found) x G,) the configured estimator's advantages of the new groups
-                advantages = host.group_advantages(torch.cat([r for _, r in found]).float(), group)
+                advantages = rollouts.group_advantages(torch.cat([r for _, r in found]).float(), group)
             splice = Splice(
                 Rollout.concat([r for r, _ in found]),
                 rows=[g * group + k for g in refill for k in range(group)],

@@ -161,6 +161,7 @@ class AEPO(Extension):
         if batch.mode != "train":
             return None
         args, host, rules = self.args, self.host, AEPO_RULES[self.args.aepo_mode]
+        rollouts = host.rollouts
         start = time.perf_counter()
         if self.last_entropy is None:
             below = rules["first_step"] == "high"  # the reference starts from entropy 0: below any target
@@ -171,12 +172,12 @@ class AEPO(Extension):
         local_rows = len(batch.prompts)
         rows = self.regenerated_rows(local_rows, batch.group_size)
         prompts, inputs = batch.prompts[:rows], batch.inputs[:rows]
-        rollout = host.regenerate(prompts, temperature=temperature)
-        rewards = host.score(inputs, prompts, rollout.completions, rollout.completion_ids)  # (rows x processes,)
+        rollout = rollouts.regenerate(prompts, temperature=temperature)
+        rewards = rollouts.score(inputs, prompts, rollout.completions, rollout.completion_ids)  # (rows x processes,)
         candidates = aepo_candidates(rewards, batch.group_size, adv_threshold=args.aepo_adv_threshold)
-        if host.mask_truncated_completions:  # a truncated sample trains nothing there: it would only displace a row
-            truncated = torch.tensor(host.truncated(rollout.completion_ids), device=rewards.device)
-            candidates &= ~host.gather(truncated).bool()
+        if rollouts.mask_truncated_completions:  # a truncated sample trains nothing there: it would only displace a row
+            truncated = torch.tensor(rollouts.truncated(rollout.completion_ids), device=rewards.device)
+            candidates &= ~rollouts.gather(truncated).bool()
         count = aepo_sample_count(
             int(candidates.sum()), below_target=below, max_samples=args.aepo_max_samples, cap_rule=rules["cap_rule"]
         )
@@ -210,21 +211,21 @@ class AEPO(Extension):
         holds its first regenerated row with an all-zero loss mask, so that the policy forwards (collectives under
         FSDP / ZeRO-3) run on every process in every micro-step and the term adds exactly 0 there.
         """
-        host = self.host
+        rollouts = self.host.rollouts
         spg = self.args.steps_per_generation
         size = max(1, math.ceil(len(rows) / spg))
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
-            chunk = rollout_tensors(rollout.select(part or [0]), host)
+            chunk = rollout_tensors(rollout.select(part or [0]), rollouts)
             tool = chunk.pop("tool_mask", None)
             sampling = chunk.pop("sampling_logps", None)
             chunk["loss_mask"] = chunk["completion_mask"] if tool is None else chunk["completion_mask"] * tool
             if not part:
                 chunk["loss_mask"] = torch.zeros_like(chunk["loss_mask"])
-            chunk["old_logps"] = host.policy_logps(chunk)[0].detach()
+            chunk["old_logps"] = rollouts.policy_logps(chunk)[0].detach()
             if sampling is not None:
-                ratio = host.vllm_is_ratio(
+                ratio = rollouts.vllm_is_ratio(
                     chunk["old_logps"],
                     sampling.to(chunk["old_logps"].dtype),
                     chunk["loss_mask"].to(chunk["old_logps"].dtype),
@@ -241,7 +242,7 @@ class AEPO(Extension):
         chunk = self._chunks[self.host.micro_step % len(self._chunks)]
         quantile = self.host.top_entropy_quantile
         # On every process, in every micro-step (a forward is a collective under FSDP / ZeRO-3; see _build_chunks).
-        logps, entropies = self.host.policy_logps(chunk, compute_entropy=quantile < 1.0)  # (b, t)
+        logps, entropies = self.host.rollouts.policy_logps(chunk, compute_entropy=quantile < 1.0)  # (b, t)
         mask = chunk["loss_mask"]
         if quantile < 1.0:
             mask = high_entropy_mask(entropies.detach(), mask, quantile=quantile)

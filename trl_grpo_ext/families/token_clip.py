@@ -62,7 +62,7 @@ class ClipCov(_CovarianceClip):
     example_config = {"clip_cov_ratio": 0.05, "clip_cov_lb": -100.0, "clip_cov_ub": 100.0}
     docs = "clip_cov_kl_cov.md"
 
-    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         host = self.host
         candidates = ctx.policy_mask  # (B, T)
         epsilon_low, epsilon_high = host.ratio_clip
@@ -87,12 +87,14 @@ class ClipCov(_CovarianceClip):
             collectives=self.collectives(),
             covariance=cov,
         )
-        ctx.selected = selected
         self.log_selection(ctx, cov, selected)
         coll = host.collectives
         n_clipped, n_valid = coll.all_sum(torch.stack([exclude.sum(), candidates.sum()]).float()).tolist()
         self.log_metric(ctx.mode, "clip_cov/ppo_clipped_frac", n_clipped / max(n_valid, 1.0))
-        return torch.where(selected, logps.detach(), logps)
+        return selected
+
+    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        return torch.where(ctx.selected, logps.detach(), logps)
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         beta = self.host.beta
@@ -132,7 +134,7 @@ class KLCov(_CovarianceClip):
             )
             host.drop_ratio_clip()
 
-    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         cov = self.covariance(logps, ctx)
         selected = kl_cov_mask(
             logps,
@@ -142,9 +144,8 @@ class KLCov(_CovarianceClip):
             collectives=self.collectives(),
             covariance=cov,
         )
-        ctx.selected = selected
         self.log_selection(ctx, cov, selected)
-        return logps
+        return selected
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         # (B, T); weighted like TRL's policy loss (entropy / off-policy masks, vLLM importance-sampling ratio).
