@@ -12,7 +12,8 @@ from conftest import last_logs
 
 from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, Registry
-from trl_grpo_ext.families import FAMILIES, TOKEN_CLIPS, Extension, Off
+from trl_grpo_ext.families import FAMILIES, SAMPLE_FILTERS, TOKEN_CLIPS, Extension, Off
+from trl_grpo_ext.families.sample_filter import PolicyFilter
 
 
 def test_register_get_and_duplicate_guard():
@@ -33,12 +34,27 @@ def test_register_get_and_duplicate_guard():
         reg.register("")
 
 
-def test_subscribe_sees_past_and_future_entries():
-    source, derived = Registry("source"), Registry("derived")
-    source.register("x")(1)
-    source.subscribe(lambda name, obj: derived.register(name)(obj * 10))
-    source.register("y")(2)
-    assert derived.get("x") == 10 and derived.get("y") == 20
+def test_unknown_name_hint_names_the_registry_users_import():
+    """The hint of an unknown name is the registry's importable name (TOKEN_CLIPS, not TOKEN_CLIP); unregister
+    removes a name (a notebook re-running a cell)."""
+    with pytest.raises(ValueError, match=r"@TOKEN_CLIPS\.register\('nope'\)"):
+        TOKEN_CLIPS.get("nope")
+    with pytest.raises(ValueError, match=r"@SAMPLE_FILTER_STRATEGIES\.register\('nope'\)"):
+        SAMPLE_FILTER_STRATEGIES.get("nope")
+    assert all(FAMILIES[switch] is registry for switch, registry in FAMILIES.items())
+    assert SAMPLE_FILTERS.symbol == "SAMPLE_FILTERS"
+    reg = Registry("widget")
+    reg.register("a")(1)
+    assert reg.unregister("a") == 1 and "a" not in reg and reg.symbol == "WIDGET"
+
+
+def test_every_core_strategy_is_a_sample_filter_member():
+    """The built-in strategies of the core registry are members of the sample_filter family (PolicyFilter applies
+    them); a strategy registered from user code is one once registered there too, as docs/index.md shows."""
+    for name in SAMPLE_FILTER_STRATEGIES.names():
+        if SAMPLE_FILTER_STRATEGIES.get(name).__module__.startswith("trl_grpo_ext."):
+            assert SAMPLE_FILTERS.get(name) is PolicyFilter, name
+    assert SAMPLE_FILTERS.get("test_above_mean") is PolicyFilter
 
 
 # ---------------------------------------------------------------------------------------------- a variant from outside
@@ -58,6 +74,9 @@ class SignFlipGuard(Extension):
 @SAMPLE_FILTER_STRATEGIES.register("test_above_mean")
 def above_mean(grouped, generator):  # (P, G) rewards -> (P, G) keep
     return grouped >= grouped.nanmean(dim=1, keepdim=True)
+
+
+SAMPLE_FILTERS.register("test_above_mean")(PolicyFilter)
 
 
 def _builtin(switch: str) -> set[str]:
@@ -142,8 +161,9 @@ def test_every_builtin_that_acts_declares_metrics_and_is_swept():
 
 
 def test_every_builtin_member_points_to_its_docs_page():
-    """``Extension.docs`` names the method's page: it exists, the docs index links it, and the page names the switch
-    value (a renamed page or member breaks here, not in a user's browser)."""
+    """``Extension.docs`` names the method's page: it exists, the docs index links it from the families table row of
+    the switch, that row and the page name the switch value (a renamed page or member, or one missing from the table,
+    breaks here, not in a user's browser)."""
     from pathlib import Path
 
     from trl_grpo_ext.families.observers import OBSERVERS
@@ -161,17 +181,21 @@ def test_every_builtin_member_points_to_its_docs_page():
         assert f"({cls.docs})" in index, f"docs/index.md does not link {cls.docs} ({switch}={name})"
         if switch != "observer":
             assert name in page.read_text(), f"docs/{cls.docs} never names {switch}={name!r}"
+            # the families table: the row that links the page lists the switch value
+            rows = [line for line in index.splitlines() if line.startswith(f"| `{switch}") and f"({cls.docs})" in line]
+            assert any(name in row for row in rows), f"docs/index.md's families table: no {switch} row names {name!r}"
 
 
 def test_the_docs_worked_example_trains(make_trainer, tmp_path, monkeypatch):
-    """docs/index.md's "Adding a variant" example, run as the page prints it (its first Python block of that section),
-    then trained with: the variant is accepted by the config, acts inside TRL's loss and logs its declared metric."""
+    """docs/index.md's "Adding a variant" examples, run as the page prints them (the two Python blocks of that
+    section: a token clip, a sample-filter strategy), then trained with: each is accepted by the config and acts; the
+    token clip inside TRL's loss, logging its declared metric; the strategy keeping the rows it picks."""
     import re
     from pathlib import Path
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "index.md").read_text()
-    section = page[page.index("## Adding a variant") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    section = page[page.index("## Adding a variant") : page.index("## Pure functions")]
+    clip_code, strategy_code = re.findall(r"```python\n(.*?)```", section, re.S)
     monkeypatch.chdir(tmp_path)
     from transformers import TrainingArguments
 
@@ -184,12 +208,18 @@ def test_the_docs_worked_example_trains(make_trainer, tmp_path, monkeypatch):
     namespace: dict = {}
     try:
         monkeypatch.setattr(TrainingArguments, "__post_init__", on_cpu)
-        exec(compile(code, "docs/index.md", "exec"), namespace)  # registers "sign_flip_guard", builds `args`
+        exec(compile(clip_code, "docs/index.md", "exec"), namespace)  # registers "sign_flip_guard", builds `args`
         monkeypatch.setattr(TrainingArguments, "__post_init__", original)
         assert namespace["args"].token_clip == "sign_flip_guard"
-        trainer = make_trainer(token_clip="sign_flip_guard", max_steps=2, num_iterations=2)
+        exec(compile(strategy_code, "docs/index.md", "exec"), {})  # registers "above_mean" in both registries
+        trainer = make_trainer(token_clip="sign_flip_guard", sample_filter="above_mean", max_steps=2, num_iterations=2)
         trainer.train()
         logs = last_logs(trainer)
         assert logs and all("guard/detached_frac" in h for h in logs)
+        kept = [h["filter/kept_frac"] for h in logs if "filter/kept_frac" in h]  # logged where a batch is generated
+        assert kept and all(0.0 < k < 1.0 for k in kept), kept  # above the group mean: some rows, not all
     finally:
         FAMILIES["token_clip"].unregister("sign_flip_guard")
+        for registry in (SAMPLE_FILTERS, SAMPLE_FILTER_STRATEGIES):
+            if "above_mean" in registry:
+                registry.unregister("above_mean")

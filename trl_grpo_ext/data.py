@@ -19,7 +19,7 @@ SYSTEM_PROMPT = (
 )
 
 #: Row formatters by name: raw dataset row -> {"prompt": ..., "solution": ...}.
-FORMATTERS: Registry = Registry("dataset_format")
+FORMATTERS: Registry = Registry("dataset_format", symbol="FORMATTERS")
 #: Which formatter a known Hub dataset uses.
 KNOWN_DATASETS = {
     "openai/gsm8k": "gsm8k",

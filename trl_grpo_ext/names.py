@@ -25,12 +25,12 @@ DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
 #: What the collapse alarm may do (``collapse_action``).
 ALARM_ACTIONS = ("warn", "save", "stop")
 
-ADVANTAGE_ESTIMATORS: Registry = Registry("advantage_estimator")
-ADVANTAGE_WEIGHTINGS: Registry = Registry("advantage_weighting")
-TOKEN_CLIPS: Registry = Registry("token_clip")
-SAMPLE_FILTERS: Registry = Registry("sample_filter")
-KL_CONTROLLERS: Registry = Registry("kl_control")
-ENTROPY_CONTROLS: Registry = Registry("entropy_control")
+ADVANTAGE_ESTIMATORS: Registry = Registry("advantage_estimator", symbol="ADVANTAGE_ESTIMATORS")
+ADVANTAGE_WEIGHTINGS: Registry = Registry("advantage_weighting", symbol="ADVANTAGE_WEIGHTINGS")
+TOKEN_CLIPS: Registry = Registry("token_clip", symbol="TOKEN_CLIPS")
+SAMPLE_FILTERS: Registry = Registry("sample_filter", symbol="SAMPLE_FILTERS")
+KL_CONTROLLERS: Registry = Registry("kl_control", symbol="KL_CONTROLLERS")
+ENTROPY_CONTROLS: Registry = Registry("entropy_control", symbol="ENTROPY_CONTROLS")
 
 #: config switch -> its family's registry, in the order the trainer runs the members.
 FAMILIES: dict[str, Registry] = {

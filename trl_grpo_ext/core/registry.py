@@ -23,13 +23,14 @@ class Registry(Generic[T]):
 
     Args:
         family: what the registry holds, used in error messages ("token_clip", "kl_control", ...).
+        symbol: the name users import the registry by, for the hint of an unknown name ("TOKEN_CLIPS"; default
+            ``family`` in capitals).
     """
 
-    def __init__(self, family: str):
+    def __init__(self, family: str, *, symbol: str | None = None):
         self.family = family
+        self.symbol = symbol or family.upper()
         self._items: dict[str, T] = {}
-        self._listeners: list[Callable[[str, T], None]] = []
-        self._removal_listeners: list[Callable[[str], None]] = []
 
     def register(self, name: str, *, override: bool = False) -> Callable[[T], T]:
         """Decorator registering an object under ``name``; registering a name twice raises unless ``override``."""
@@ -43,28 +44,14 @@ class Registry(Generic[T]):
                     f"or pass override=True to replace it on purpose."
                 )
             self._items[name] = obj
-            for listener in self._listeners:
-                listener(name, obj)
             return obj
 
         return decorator
 
-    def subscribe(self, listener: Callable[[str, T], None], on_unregister: Callable[[str], None] | None = None):
-        """Call ``listener(name, obj)`` for every entry, those registered so far and every later one, and
-        ``on_unregister(name)`` when one is removed (how one registry derives its entries from another's, e.g. a
-        family member per core strategy)."""
-        self._listeners.append(listener)
-        if on_unregister is not None:
-            self._removal_listeners.append(on_unregister)
-        for name, obj in list(self._items.items()):
-            listener(name, obj)
-
     def unregister(self, name: str) -> T:
-        """Remove ``name`` (tests, notebooks re-running a cell); derived registries follow."""
+        """Remove ``name`` (tests, notebooks re-running a cell)."""
         obj = self.get(name)
         del self._items[name]
-        for listener in self._removal_listeners:
-            listener(name)
         return obj
 
     def get(self, name: str) -> T:
@@ -74,7 +61,7 @@ class Registry(Generic[T]):
         except KeyError:
             raise ValueError(
                 f"Unknown {self.family} '{name}'. Valid names: {', '.join(sorted(self._items))}. "
-                f"Register a new one with @{self.family.upper()}.register('{name}') before building the trainer."
+                f"Register a new one with @{self.symbol}.register('{name}') before building the trainer."
             ) from None
 
     def names(self) -> list[str]:

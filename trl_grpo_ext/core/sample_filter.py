@@ -26,7 +26,7 @@ import torch
 from .registry import Registry
 
 Strategy = Callable[[torch.Tensor, "torch.Generator | None"], torch.Tensor]
-SAMPLE_FILTER_STRATEGIES: Registry[Strategy] = Registry("sample_filter")
+SAMPLE_FILTER_STRATEGIES: Registry[Strategy] = Registry("sample_filter", symbol="SAMPLE_FILTER_STRATEGIES")
 
 
 def _rank_desc(grouped: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from ..core.diversity import pass_at_k
 from ..core.registry import Registry
 from .base import Extension, GenerationBatch, LossContext
 
-OBSERVERS: Registry[type[Extension]] = Registry("observer")
+OBSERVERS: Registry[type[Extension]] = Registry("observer", symbol="OBSERVERS")
 
 
 @OBSERVERS.register("collapse_monitor")

@@ -14,7 +14,9 @@ logger = logging.getLogger(__name__)
 
 
 class PolicyFilter(Extension):
-    """Keeps the rows a PF-PPO strategy picks, per prompt group, after advantages were computed on the full group.
+    """Keeps the rows a PF-PPO strategy picks, per prompt group, after advantages were computed on the full group: the
+    member of every strategy of :data:`~trl_grpo_ext.core.sample_filter.SAMPLE_FILTER_STRATEGIES` (the switch's
+    value names the strategy).
 
     Rows are masked, not removed (TRL splits the generation batch into equal chunks and gathers per-row metrics):
     the keep flag is multiplied into ``tool_mask`` (the loss mask slot TRL already honours), ``num_items_in_batch``
@@ -79,13 +81,7 @@ class PolicyFilter(Extension):
 
 
 SAMPLE_FILTERS.register("none")(Off)
-
-
-def _member_for_strategy(name: str, strategy) -> None:
-    """Every strategy of the core registry (built-in or registered by a user) is a member of this family."""
-    if name == "none":
-        raise ValueError("'none' is the sample_filter family's off switch; register the strategy under another name.")
-    SAMPLE_FILTERS.register(name, override=True)(PolicyFilter)  # a strategy re-registered with override stays one
-
-
-SAMPLE_FILTER_STRATEGIES.subscribe(_member_for_strategy, SAMPLE_FILTERS.unregister)
+# Each strategy of the core registry is applied by PolicyFilter; a strategy registered later (from user code) becomes
+# a member the same way, in one line: SAMPLE_FILTERS.register("above_mean")(PolicyFilter) (docs/index.md).
+for _strategy in SAMPLE_FILTER_STRATEGIES.names():
+    SAMPLE_FILTERS.register(_strategy)(PolicyFilter)

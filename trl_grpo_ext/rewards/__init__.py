@@ -38,8 +38,8 @@ def _registries() -> None:
     from ..testbeds import forks, length_bias
     from .math import boxed_format_reward, math_accuracy_reward
 
-    rewards = Registry("reward_func")
-    steps = Registry("step_reward_func")
+    rewards = Registry("reward_func", symbol="REWARD_FUNCS")
+    steps = Registry("step_reward_func", symbol="STEP_REWARD_FUNCS")
     rewards.register("math_accuracy")(math_accuracy_reward)
     rewards.register("boxed_format")(boxed_format_reward)
     rewards.register("exact_answer")(testbed.answer_reward)
