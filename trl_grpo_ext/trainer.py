@@ -521,14 +521,16 @@ class GRPOExtTrainer(GRPOTrainer):
                 f"install trl>={TRL_VERSION},<1.17 (the contract tests in tests/test_trl_contract.py say what broke).",
                 stacklevel=2,
             )
-        if step_reward_funcs is not None and args.advantage_estimator != "prm":
+        selected = {switch: registry.get(getattr(args, switch)) for switch, registry in FAMILIES.items()}
+        if step_reward_funcs is not None and not any("scoring_model" in m.host_capabilities for m in selected.values()):
+            # host.step_reward_funcs needs the capability: no selected member would read them
             raise ValueError(
-                "step_reward_funcs are used only with advantage_estimator='prm'; set GRPOExtConfig.advantage_estimator"
-                "='prm' or drop step_reward_funcs."
+                "step_reward_funcs are used only with advantage_estimator='prm' (a member that scores steps); set "
+                "GRPOExtConfig.advantage_estimator='prm' or drop step_reward_funcs."
             )
-        for switch, registry in FAMILIES.items():  # a member that generates outside TRL's batch (declares "rollout")
+        for switch, cls in selected.items():  # a member that generates outside TRL's batch (declares "rollout")
             member = getattr(args, switch)
-            if "rollout" in registry.get(member).host_capabilities and kwargs.get("environment_factory") is not None:
+            if "rollout" in cls.host_capabilities and kwargs.get("environment_factory") is not None:
                 raise ValueError(
                     f"{switch}={member!r} cannot run with environment_factory: it generates prompts again after TRL "
                     "has already reset and stepped this batch's environment instances, so its rollouts would act on "
