@@ -219,7 +219,7 @@ def test_rollout_tensors_parity_with_trls_padding(make_trainer, train_dataset, s
     trainer._generate = spy
     out = scored_batch(trainer, train_dataset)
     rollout = Rollout(generated["prompt_ids"], generated["completion_ids"], None, [None] * len(out["prompt_ids"]), None)
-    ours = rollout_tensors(rollout, trainer.ext_host)
+    ours = rollout_tensors(rollout, trainer.ext_rollouts)
     for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"):
         torch.testing.assert_close(ours[key], out[key], msg=key)
     if settings:  # both settings acted: widths rounded up to 8, a row cut at max_completion_length masked whole
