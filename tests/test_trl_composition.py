@@ -15,7 +15,7 @@ from trl_grpo_ext.core.aepo import high_entropy_mask
 from trl_grpo_ext.core.diversity import distinct_n_batch
 from trl_grpo_ext.families.sample_filter import KEEP_KEY
 from trl_grpo_ext.rollouts import Rollout
-from trl_grpo_ext.trl_compat import vllm_importance_sampling_ratio
+from trl_grpo_ext.trl_compat import policy_logps_at_temperature, vllm_importance_sampling_ratio
 
 
 def _capture_selection(trainer):
@@ -228,8 +228,8 @@ def test_aepo_keeps_the_env_mask_of_a_rollout_func(make_trainer, mode):
         torch.testing.assert_close(mask, torch.tensor([pattern] * mask.size(0)))
 
 
-def _rollout(prompt_ids, completion_ids, *, logprobs=None):
-    return Rollout(prompt_ids, completion_ids, None, [None] * len(prompt_ids), logprobs)
+def _rollout(prompt_ids, completion_ids, *, logprobs=None, temperature=None):
+    return Rollout(prompt_ids, completion_ids, None, [None] * len(prompt_ids), logprobs, temperature)
 
 
 def test_aepo_masks_truncated_completions_like_trl(make_trainer, train_dataset):
@@ -441,12 +441,22 @@ def test_aepo_switches_vllm_temperature_per_call_without_a_second_sync(make_trai
     assert fake.calls == [1.2] and fake.temperature == 1.0  # set for the call, restored after
     assert fake.syncs == 0  # same step: the weights vLLM holds are current
     assert logprobs == [[-0.5, -0.7]] * 4  # vLLM's sampling log-probs reach AEPO (for the IS correction)
+    assert rollout.temperature == 1.2
     trainer.vllm_importance_sampling_correction = True
     prompt_ids = [trainer.processing_class(p)["input_ids"] for p in prompts]
-    chunks = aepo._build_chunks(_rollout(prompt_ids, completion_ids, logprobs=logprobs), [0, 1])
-    old = chunks[0]["old_logps"]
+    chunks = aepo._build_chunks(_rollout(prompt_ids, completion_ids, logprobs=logprobs, temperature=1.2), [0, 1])
+    # vLLM's log-probs at 1.2 are compared with the trainer's at 1.2, not with the old log-probs (training temperature)
+    chunk = chunks[0]
+    at_sampling = policy_logps_at_temperature(
+        trainer,
+        torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], 1),
+        torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], 1),
+        chunk["completion_ids"].size(1),
+        temperature=1.2,
+    )
+    assert not torch.allclose(at_sampling, chunks[0]["old_logps"])
     expected = vllm_importance_sampling_ratio(
-        old,
+        at_sampling,
         torch.tensor([[-0.5, -0.7]] * 2),
         chunks[0]["loss_mask"].float(),
         mode=trainer.vllm_importance_sampling_mode,
@@ -465,3 +475,15 @@ def test_aepo_warns_that_sleep_mode_costs_a_second_weight_push(make_trainer, cap
     with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
         AEPO(trainer.ext_host)
     assert "pushes the weights to vLLM twice" in caplog.text
+
+
+def test_aepo_refuses_a_generation_kwargs_temperature_under_vllm(make_trainer, monkeypatch):
+    """TRL's colocated vLLM applies ``generation_kwargs`` over its temperature at every call: AEPO's regeneration would
+    sample at the user's value. Refused, naming the fix; without vLLM (TRL sets the GenerationConfig AEPO edits) it
+    runs."""
+    from trl_grpo_ext.families.entropy_control import AEPO
+
+    trainer = make_trainer(entropy_control="aepo", generation_kwargs={"temperature": 0.9})
+    monkeypatch.setattr(trainer.args, "use_vllm", True)
+    with pytest.raises(ValueError, match=r"drop 'temperature' from generation_kwargs"):
+        AEPO(trainer.ext_host)

@@ -225,3 +225,26 @@ def test_rollout_tensors_parity_with_trls_padding(make_trainer, train_dataset, s
     if settings:  # both settings acted: widths rounded up to 8, a row cut at max_completion_length masked whole
         assert ours["completion_ids"].size(1) % 8 == 0 and ours["prompt_ids"].size(1) % 8 == 0
         assert bool((ours["completion_mask"].sum(1) == 0).any())
+
+
+def test_logps_at_temperature_parity_with_trls_fused_head(make_trainer, train_dataset):
+    """``policy_logps_at_temperature`` at the training temperature is TRL's own (fused-head) log-probs; at another it
+    is the model's logits divided by that temperature (what vLLM's ``processed_logprobs`` report for AEPO's rows)."""
+    from trl_grpo_ext.trl_compat import policy_logps_at_temperature
+
+    trainer = make_trainer(temperature=0.7)
+    out = scored_batch(trainer, train_dataset)
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    width = out["completion_ids"].size(1)
+    valid = out["completion_mask"].bool()
+    with torch.no_grad():
+        trl_logps = policy_logps(trainer, out)
+    ours = policy_logps_at_temperature(trainer, ids, mask, width, temperature=0.7)
+    torch.testing.assert_close(ours[valid], trl_logps[valid], atol=1e-5, rtol=1e-5)
+    hot = policy_logps_at_temperature(trainer, ids, mask, width, temperature=1.5)
+    with torch.no_grad():
+        logits = trainer.model(input_ids=ids, attention_mask=mask, fused_lm_head=False).logits[:, -width - 1 : -1]
+    by_hand = torch.log_softmax(logits / 1.5, dim=-1).gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(hot[valid], by_hand[valid], atol=1e-5, rtol=1e-5)
+    assert (hot[valid] - trl_logps[valid]).abs().max() > 0.05  # the temperature really changed them

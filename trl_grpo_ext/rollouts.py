@@ -30,7 +30,12 @@ from typing import Any
 
 import torch
 
-from .trl_compat import combined_rewards, reference_logps, vllm_importance_sampling_ratio
+from .trl_compat import (
+    combined_rewards,
+    policy_logps_at_temperature,
+    reference_logps,
+    vllm_importance_sampling_ratio,
+)
 
 
 @dataclass
@@ -41,7 +46,8 @@ class Rollout:
         prompt_ids, completion_ids: token ids per row.
         tool_mask: per-row 0/1 lists (0: tool-response or ``env_mask`` tokens), or None.
         completions: decoded completions (text or messages), as TRL passes them to reward functions.
-        logprobs: the sampler's per-token log-probs (vLLM), or None.
+        logprobs: the sampler's per-token log-probs (vLLM: at ``temperature``, its ``processed_logprobs``), or None.
+        temperature: the sampling temperature of every row (None: the trainer's ``temperature``).
     """
 
     prompt_ids: list[list[int]]
@@ -49,6 +55,7 @@ class Rollout:
     tool_mask: list[list[int]] | None
     completions: list[Any]
     logprobs: list[list[float]] | None
+    temperature: float | None = None
 
     def select(self, rows: list[int]) -> Rollout:
         """The rollout of these rows only, in this order."""
@@ -62,18 +69,24 @@ class Rollout:
             pick(self.tool_mask),
             pick(self.completions),
             pick(self.logprobs),
+            self.temperature,
         )
 
     @staticmethod
     def concat(rollouts: list[Rollout]) -> Rollout:
-        """One rollout of the rows of ``rollouts``, in order (an optional entry is None unless every part has it)."""
+        """One rollout of the rows of ``rollouts``, in order (an optional entry is None unless every part has it);
+        ``ValueError`` for parts sampled at different temperatures (one rollout has one)."""
 
         def join(values):
             return None if any(v is None for v in values) else [row for part in values for row in part]
 
         if not rollouts:
             return Rollout([], [], None, [], None)
-        return Rollout(*(join([getattr(r, f.name) for r in rollouts]) for f in fields(Rollout)))
+        temperatures = {r.temperature for r in rollouts}
+        if len(temperatures) > 1:
+            raise ValueError(f"cannot join rollouts sampled at different temperatures {sorted(temperatures, key=str)}")
+        rows = (join([getattr(r, f.name) for r in rollouts]) for f in fields(Rollout) if f.name != "temperature")
+        return Rollout(*rows, temperature=temperatures.pop())
 
 
 @dataclass
@@ -168,7 +181,13 @@ class RolloutService:
     # ------------------------------------------------------------------ generation and scoring
     def regenerate(self, prompts: list, *, temperature: float) -> Rollout:
         """Generate the prompts again through TRL's ``_generate`` at another sampling temperature (transformers or
-        vLLM), leaving TRL's completion metrics and token counters as they were."""
+        vLLM), leaving TRL's completion metrics and token counters as they were.
+
+        ``prompts`` come in TRL's order: each prompt ``num_generations`` times in a row (vLLM's server mode generates
+        every ``num_generations``-th prompt ``num_generations`` times; colocated vLLM and transformers each row once).
+        Under vLLM the weights are those TRL pushed for this step (TRL pushes them at its first generation of an
+        optimizer step; a regeneration in the same step reuses them), and ``Rollout.logprobs`` are vLLM's at
+        ``temperature``."""
         trainer = self._trainer
         saved_metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}
         saved_tokens = trainer.state.num_input_tokens_seen
@@ -189,7 +208,7 @@ class RolloutService:
             trainer._metrics["train"].clear()
             trainer._metrics["train"].update(saved_metrics)
             trainer.state.num_input_tokens_seen = saved_tokens
-        return Rollout(prompt_ids, completion_ids, tool_mask, completions, logprobs)
+        return Rollout(prompt_ids, completion_ids, tool_mask, completions, logprobs, temperature)
 
     def draw_prompts(self, count: int, generator: torch.Generator) -> list[dict[str, Any]]:
         """``count`` rows of the training dataset drawn uniformly (with replacement) by ``generator``; ``ValueError``
@@ -229,7 +248,7 @@ class RolloutService:
     # ------------------------------------------------------------------ forwards
     def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
         """(b, t) log-probs (with gradient when enabled) and entropies (or None) of a chunk's completions under the
-        policy, through TRL's ``_get_per_token_logps_and_entropies``."""
+        policy, through TRL's ``_get_per_token_logps_and_entropies`` (at the training temperature)."""
         trainer = self._trainer
         input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
         attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
@@ -245,11 +264,33 @@ class RolloutService:
         attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
         return reference_logps(self._trainer, input_ids, attention_mask, chunk["completion_ids"].size(1))
 
-    def vllm_is_ratio(self, old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor):
-        """TRL's vLLM importance-sampling ratio for these tokens, or None when that correction is off."""
+    def vllm_is_ratio(
+        self,
+        chunk: dict[str, torch.Tensor],
+        sampling_logps: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        old_logps: torch.Tensor,
+        temperature: float | None = None,
+    ) -> torch.Tensor | None:
+        """TRL's vLLM importance-sampling ratio for a chunk's (b, t) tokens, or None when that correction is off.
+
+        TRL divides the trainer's probability of each sampled token by vLLM's, both at the temperature the token was
+        sampled at (for its own rows the training temperature: ``old_logps``): the ratio corrects the engines'
+        mismatch, not a choice of distribution. Rows sampled at another ``temperature`` (AEPO's) are compared the same
+        way, with the trainer's log-probs at *their* temperature (one more forward), so that the correction does not
+        undo the temperature change the member makes on purpose. That forward is a collective under FSDP / ZeRO-3:
+        call this on every process alike.
+        """
         trainer = self._trainer
         if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
             return None
+        if temperature is not None and temperature != trainer.temperature:
+            input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+            attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+            old_logps = policy_logps_at_temperature(
+                trainer, input_ids, attention_mask, chunk["completion_ids"].size(1), temperature=temperature
+            )
         return vllm_importance_sampling_ratio(
             old_logps,
             sampling_logps,
@@ -418,17 +459,22 @@ def apply_splice(out: dict[str, Any], splice: Splice, rollouts: RolloutService, 
         if sampling is None:
             sampling = torch.full_like(new["completion_mask"], math.nan, dtype=torch.float32)
         out["sampling_per_token_logps"][idx] = widen(sampling, width, 0.0).to(out["sampling_per_token_logps"].dtype)
-    if rows and "importance_sampling_ratio" in out:
-        ratio = out["importance_sampling_ratio"]
-        if ratio.size(1) > 1:
-            ratio = widen(ratio, width, 1.0)
-        mask = out["completion_mask"][idx] * out.get("tool_mask", out["completion_mask"])[idx]
-        ratio[idx] = rollouts.vllm_is_ratio(
-            out["old_per_token_logps"][idx],
-            out["sampling_per_token_logps"][idx],
-            mask.to(out["old_per_token_logps"].dtype),
-        ).to(ratio.dtype)
-        out["importance_sampling_ratio"] = ratio
+    if "importance_sampling_ratio" in out:  # on every process (its forward at another temperature is a collective)
+        old = out["old_per_token_logps"][forward_idx]
+        mask = out["completion_mask"][forward_idx] * out.get("tool_mask", out["completion_mask"])[forward_idx]
+        new_ratio = rollouts.vllm_is_ratio(
+            chunk,
+            out["sampling_per_token_logps"][forward_idx],
+            mask.to(old.dtype),
+            old_logps=old,
+            temperature=splice.rollout.temperature,
+        )
+        if rows:
+            ratio = out["importance_sampling_ratio"]
+            if ratio.size(1) > 1:
+                ratio = widen(ratio, width, 1.0)
+            ratio[idx] = new_ratio[:rows].to(ratio.dtype)
+            out["importance_sampling_ratio"] = ratio
     loss_mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
     out["num_items_in_batch"] = rollouts.gather(loss_mask.sum()).sum()
 

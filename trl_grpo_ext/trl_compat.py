@@ -137,6 +137,26 @@ def reference_logps(trainer, input_ids, attention_mask, logits_to_keep) -> torch
         return logps(trainer.model, input_ids, attention_mask, logits_to_keep)[0]
 
 
+@torch.no_grad()
+def policy_logps_at_temperature(trainer, input_ids, attention_mask, logits_to_keep, *, temperature: float):
+    """(b, t) policy log-probs of the last ``logits_to_keep`` tokens at ``temperature``, without gradient.
+
+    TRL 1.16 fuses its training temperature into the model's forward (``add_fused_lm_head`` in ``GRPOTrainer.__init__``
+    divides the logits by ``args.temperature`` inside the patched forward), so ``_get_per_token_logps_and_entropies``
+    cannot score at another temperature. This takes the model's own logits (its unfused forward, ``fused_lm_head``
+    left off: final-logit softcapping and logit scales as the model applies them), divides them by ``temperature`` and
+    gathers the tokens' log-probs with TRL's ``selective_log_softmax``, as TRL's loss did before the fused head. One
+    forward over the (b, t + 1, V) logits (a collective under FSDP / ZeRO-3, like TRL's). At the training temperature
+    it equals TRL's own log-probs (``tests/test_trl_contract.py`` checks it)."""
+    from trl.trainer.utils import selective_log_softmax
+
+    with trainer.accelerator.autocast():
+        logits = trainer.model(
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1
+        ).logits  # (b, t + 1, V)
+    return selective_log_softmax(logits[:, :-1].float(), input_ids[:, -logits_to_keep:], temperature=temperature)
+
+
 def trl_policy_weight(trainer, *, logps, entropies, mask, inputs: dict, old_logps) -> torch.Tensor | None:
     """(B, T) the factor TRL 1.16's ``_compute_loss`` multiplies into its per-token policy loss (not the KL term),
     rebuilt with TRL's own methods from the same micro-batch: the entropy mask (``top_entropy_quantile``, a
@@ -231,6 +251,7 @@ TRL_SURFACE = (
     "reward_funcs",
     "reward_weights",
     "scale_rewards",
+    "temperature",
     "top_entropy_quantile",
     "use_vllm",
     "vllm_importance_sampling_correction",

@@ -67,8 +67,11 @@ class AEPO(Extension):
     family composes with them. The term honours the same masks explicitly: tool / env tokens and truncated completions
     train nothing; under ``top_entropy_quantile < 1`` only the highest-entropy fraction of the AEPO samples' own
     tokens train (quantile over this process's AEPO tokens); with vLLM's ``vllm_importance_sampling_correction`` it is
-    multiplied by TRL's importance-sampling ratio. ``environment_factory`` is refused (the regeneration would step
-    environments TRL already reset and stepped for this batch).
+    multiplied by TRL's importance-sampling ratio. Under vLLM the samples are drawn by vLLM at T, and that ratio
+    compares vLLM's log-probs with the trainer's at T (TRL compares its own rows at the training temperature): it
+    corrects the engines' mismatch, as on TRL's rows, and leaves the temperature change, AEPO's point, in place.
+    ``generation_kwargs["temperature"]`` under vLLM is refused (TRL lets it override every sampling temperature), and
+    ``environment_factory`` (the regeneration would step environments TRL already reset and stepped for this batch).
 
     Logs ``aepo/temperature``, ``aepo/entropy``, ``aepo/entropy_gap``, ``aepo/regenerated`` (rows, all processes),
     ``aepo/samples_used``, ``aepo/positive_frac``, ``aepo/extra_gen_time`` (seconds of the extra generation and
@@ -91,6 +94,7 @@ class AEPO(Extension):
         "use_vllm",
         "vllm_mode",
         "vllm_enable_sleep_mode",
+        "generation_kwargs",
     )
 
     metrics = (
@@ -107,6 +111,15 @@ class AEPO(Extension):
     def __init__(self, host):
         super().__init__(host)
         args = self.args
+        if args.use_vllm and "temperature" in (args.generation_kwargs or {}):
+            # TRL's colocated vLLM applies generation_kwargs over its own temperature at every generate call, so
+            # AEPO's regeneration would silently sample at the user's value instead of aepo_temperature_high / low.
+            raise ValueError(
+                "entropy_control='aepo' with use_vllm cannot sample at its own temperature while generation_kwargs "
+                f"sets temperature={args.generation_kwargs['temperature']!r} (TRL passes generation_kwargs to vLLM "
+                "over every other sampling setting). Fix: drop 'temperature' from generation_kwargs and set "
+                "GRPOExtConfig.temperature instead."
+            )
         if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_enable_sleep_mode:
             # Sleep level 2 discards vLLM's weights after every generate: AEPO's second generation of the batch must
             # push them again (in server mode, or colocated without sleep, the same step's weights are not re-sent).
@@ -224,11 +237,13 @@ class AEPO(Extension):
             if not part:
                 chunk["loss_mask"] = torch.zeros_like(chunk["loss_mask"])
             chunk["old_logps"] = rollouts.policy_logps(chunk)[0].detach()
-            if sampling is not None:
+            if sampling is not None:  # vLLM's log-probs at AEPO's temperature: the ratio compares at that temperature
                 ratio = rollouts.vllm_is_ratio(
-                    chunk["old_logps"],
+                    chunk,
                     sampling.to(chunk["old_logps"].dtype),
                     chunk["loss_mask"].to(chunk["old_logps"].dtype),
+                    old_logps=chunk["old_logps"],
+                    temperature=rollout.temperature,
                 )
                 if ratio is not None:
                     chunk["is_ratio"] = ratio
