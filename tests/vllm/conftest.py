@@ -6,9 +6,8 @@ why (test-side only)."""
 
 from __future__ import annotations
 
-import pytest
-
 import cpu_vllm  # noqa: I001  (sets vLLM's environment before vLLM is imported)
+import pytest
 
 cpu_vllm.force_plain_cpu_linear()
 cpu_vllm.share_engines()

@@ -20,7 +20,7 @@ from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
 def main(out: Path, model: str) -> None:
     cpu_vllm.force_plain_cpu_linear()
     monkeypatch = pytest.MonkeyPatch()
-    # Each rank's batch holds one odd prompt (no signal: refilled) beside even ones; the pool to draw from is mostly even.
+    # Odd prompts give no signal (refilled); the pool to draw from is mostly even.
     prompts = [f"{a}+{b}=" for a in (1, 3, 0, 2, 4, 6, 8) for b in range(1, 9)]
     args = GRPOExtConfig(
         output_dir=str(out / "run"),
