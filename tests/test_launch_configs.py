@@ -3,10 +3,10 @@ real-scale ones under the accelerate config of recipes/accelerate/ they are mean
 
 Real-scale configs keep every training value except what this machine cannot run (``launching.CPU_SCALE_DOWN``): the
 model is a tiny local one with a chat template, the dataset a local file in the config's format, float32 instead of
-bf16, one step of a tiny batch; here generation is transformers' (tests/vllm/test_vllm_launch_configs.py launches the
-same configs with their colocated vLLM, in the vLLM venv). The sharded engines run through tests/shimmed_launch.py
-(tests/engines.py says what it patches in accelerate on a machine without a GPU). The offline configs run on one
-process, in the test's interpreter.
+bf16, one step of a tiny batch; here generation is transformers' (tests/vllm_tier/test_vllm_launch_configs.py
+launches the same configs with their colocated vLLM, in the vLLM venv). The sharded engines run through
+tests/shimmed_launch.py (tests/engines.py says what it patches in accelerate on a machine without a GPU). The offline
+configs run on one process, in the test's interpreter.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_real_scale_config_launches_under_its_engine(config, stand_in, tmp_path,
     if accelerate.startswith("zero"):
         request.getfixturevalue("deepspeed_ops")
     out = tmp_path / "run"
-    # transformers' generate (tests/vllm/test_vllm_launch_configs.py launches them with the configs' vLLM)
+    # transformers' generate (tests/vllm_tier/test_vllm_launch_configs.py launches them with the configs' vLLM)
     cmd = real_scale_command(config, stand_in, out, shim=SHIM, extra=["--use_vllm", "false"])
     train = launch(cmd, out)["train"]
     assert train["engine"] == engine and train["num_processes"] == 2 and train["steps"] == 1

@@ -1,5 +1,5 @@
 """One rank of the 2-process vLLM run (torchrun, gloo on CPU): every family that generates, each rank with its own
-colocated engine. Writes what it saw to ``<out>/rank<r>.json`` for tests/vllm/test_vllm_two_processes.py."""
+colocated engine. Writes what it saw to ``<out>/rank<r>.json`` for tests/vllm_tier/test_vllm_two_processes.py."""
 
 from __future__ import annotations
 

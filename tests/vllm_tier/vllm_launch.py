@@ -1,6 +1,7 @@
-"""``accelerate launch [engine flags] tests/vllm/vllm_launch.py SCRIPT [ARGS...]``: run SCRIPT as ``__main__`` on this
-CPU machine with TRL's colocated vLLM: the sharded-engine patches of tests/engines.py (as tests/shimmed_launch.py) and
-the CPU vLLM patches of tests/vllm/cpu_vllm.py (real weight sync, one engine per process) applied first."""
+"""``accelerate launch [engine flags] tests/vllm_tier/vllm_launch.py SCRIPT [ARGS...]``: run SCRIPT as ``__main__``
+on this CPU machine with TRL's colocated vLLM: the sharded-engine patches of tests/engines.py (as
+tests/shimmed_launch.py) and the CPU vLLM patches of tests/vllm_tier/cpu_vllm.py (real weight sync, one engine per
+process) applied first."""
 
 import os
 import runpy

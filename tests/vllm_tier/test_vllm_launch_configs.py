@@ -28,7 +28,7 @@ def vllm_stand_in(tmp_path_factory) -> Path:
 def test_real_scale_config_launches_with_its_vllm(config, vllm_stand_in, tmp_path):
     accelerate, _ = REAL_SCALE[config]
     if accelerate.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
-        pytest.fail("DeepSpeed is missing from the vLLM venv: tests/vllm/make_venv.sh installs it")
+        pytest.fail("DeepSpeed is missing from the vLLM venv: tests/vllm_tier/make_venv.sh installs it")
     settings = yaml.safe_load((Path("recipes/configs") / f"{config}.yaml").read_text())
     assert settings["use_vllm"] is True and settings["vllm_mode"] == "colocate"  # what users at scale run
     out = tmp_path / "run"
