@@ -13,7 +13,7 @@ from typing import Literal
 
 from trl import GRPOConfig
 
-from .names import DIVERSITY_METRICS, FAMILIES, KNOWN_LOSS_TYPES, TRL_VERSION, registry_for
+from .names import DIVERSITY_METRICS, FAMILIES, KNOWN_LOSS_TYPES, TRL_VERSION, pkpo_start_k, registry_for
 
 #: AEPO's fields as trl_grpo_ext 0.1.0 ran it (a separate unclipped term over the whole batch regenerated, with
 #: 0.1.0's rules: see ``aepo_mode``); the defaults are the reference code's.
@@ -132,11 +132,12 @@ class AdvantageConfig(ConfigSection):
         advantage_std (`str`, *optional*, defaults to `"sample"`):
             Standard deviation used to normalise rewards in a group: `"sample"` (n - 1, TRL's default) or
             `"population"` (n, as written in DeepSeekMath and the seed document).
-        pkpo_k (`int`, *optional*, defaults to `4`):
-            The k of pass@k that `advantage_estimator="pass_at_k"` optimises, 1 <= k <= num_generations.
+        pkpo_k (`int` or `None`, *optional*, defaults to `None`):
+            The k of pass@k that `advantage_estimator="pass_at_k"` optimises, 1 <= k <= num_generations. `None`:
+            `min(4, num_generations)` (logged as `pkpo/k`), so the default works with any group size.
         pkpo_estimator (`str`, *optional*, defaults to `"loo_minus_one"`):
             `"loo_minus_one"`: PKPO's k-1 leave-one-out baselined weights (lowest variance; a wrong binary sample gets
-            0); `"s"`: the plain unbiased weights.
+            0; at k = 1 the leave-one-out baseline, RLOO); `"s"`: the plain unbiased weights (no baseline).
         pkpo_anneal_fraction (`float`, *optional*, defaults to `0.0`):
             Anneal k linearly from `pkpo_k` down to 1 over this fraction of training (0: constant k), as PKPO does to
             end on pass@1.
@@ -161,7 +162,10 @@ class AdvantageConfig(ConfigSection):
             "supervision from step rewards (DeepSeekMath sec. 4.1.3). 'pass_at_k': PKPO, the gradient of pass@k."
         },
     )
-    pkpo_k: int = field(default=4, metadata={"help": "k of pass@k for advantage_estimator='pass_at_k'."})
+    pkpo_k: int | None = field(
+        default=None,
+        metadata={"help": "k of pass@k for advantage_estimator='pass_at_k'; None: min(4, num_generations)."},
+    )
     pkpo_estimator: Literal["loo_minus_one", "s"] = field(
         default="loo_minus_one",
         metadata={"help": "PKPO weights: 'loo_minus_one' (baselined, lowest variance) or 's' (plain, unbiased)."},
@@ -826,7 +830,9 @@ class GRPOExtConfig(
         family or of TRL's settings. The sections' own ``check`` methods read their own fields only
         (``tests/test_config.py`` holds them to it)."""
         # advantages: PKPO's k of the n samples; population std only where TRL's own std applies
-        if self.advantage_estimator == "pass_at_k" and not 1 <= self.pkpo_k <= self.num_generations:
+        if self.advantage_estimator == "pass_at_k" and not 1 <= pkpo_start_k(self.pkpo_k, self.num_generations) <= (
+            self.num_generations
+        ):
             _fail(
                 "pkpo_k",
                 self.pkpo_k,

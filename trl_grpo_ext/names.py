@@ -20,6 +20,16 @@ TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
 #: Every loss type whose aggregation ``trl_compat.aggregate_like_loss_type`` copies.
 KNOWN_LOSS_TYPES = PER_SEQUENCE_LOSS_TYPES | TOKEN_COUNT_LOSS_TYPES | {"bnpo"}
 
+#: PKPO's k when ``pkpo_k`` is None: this, or ``num_generations`` when a group is smaller.
+PKPO_DEFAULT_K = 4
+
+
+def pkpo_start_k(pkpo_k: int | None, num_generations: int) -> int:
+    """The k ``advantage_estimator="pass_at_k"`` starts from: ``pkpo_k``, or ``min(PKPO_DEFAULT_K, num_generations)``
+    when it is None."""
+    return min(PKPO_DEFAULT_K, num_generations) if pkpo_k is None else pkpo_k
+
+
 #: What ``diversity_metrics`` may list (``trl_grpo_ext.callbacks.CollapseMonitor``).
 DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
 #: What the collapse alarm may do (``collapse_action``).

@@ -17,7 +17,15 @@ paper's best, ``s^(loo-1)``, subtracts the mean best reward of the (k - 1)-subse
 
 which is ``(k / n) / C(n - 1, k - 1) * [g_i C(q_i, k - 1) - sum_{j <= q_i} C(j - 1, k - 2) g_(j)]`` with q_i the number
 of samples strictly below g_i (a subset with a sample at or above g_i adds nothing). For binary rewards: a right sample
-gets ``(k / n) * C(n - c, k - 1) / C(n - 1, k - 1)`` (c right of n), a wrong one 0; at k = 1 every sample gets g_i / n.
+gets ``(k / n) * C(n - c, k - 1) / C(n - 1, k - 1)`` (c right of n), a wrong one 0.
+
+At k = 1 the (k - 1)-subsets are empty and eq. 33 is undefined (read with max over nothing = 0 it would be g_i / n,
+no baseline at all: a group whose samples all score 1 would be pushed up). There ``loo_minus_one`` is the paper's
+leave-one-out estimator s^(loo) (eq. 29), which at k = 1 is the RLOO baseline:
+
+    s^(loo)_i = (1 / n) * (g_i - mean_{j != i} g_j)          (k = 1; 0 for a group of one sample)
+
+so a group whose rewards are all equal gets 0, as under GRPO, and k annealed to 1 ends on plain pass@1 with a baseline.
 
 Notation:
     P: prompts, G = n: samples per prompt, k: the k of pass@k (1 <= k <= G). Rewards (P * G,) in prompt-major order.
@@ -54,6 +62,8 @@ def pass_at_k_weights(
 
     Returns:
         (N,) float64 weights, in the rows' order. Ties are broken by row order (the estimate does not depend on it).
+        At k = 1 ``loo_minus_one`` gives the leave-one-out weights ``(g_i - mean of the others) / n`` (module
+        docstring).
     """
     if rewards.dim() != 1 or group_size < 1 or rewards.numel() % group_size:
         raise ValueError(
@@ -82,6 +92,11 @@ def pass_at_k_weights(
         after = torch.cat([suffix[:, 1:], suffix.new_zeros(suffix.size(0), 1)], dim=1)  # sum over ranks > m
         per_rank = (own[:n] * sorted_g + after) / comb(n, k)  # (P, n), by rank
         return torch.gather(per_rank, 1, ranks).reshape(-1)
+    if k == 1:  # s^(loo) (eq. 29) at k = 1: the leave-one-out baseline, eq. 33 being undefined there
+        if n == 1:
+            return torch.zeros_like(values).reshape(-1)
+        others = (values.sum(dim=1, keepdim=True) - values) / (n - 1)  # (P, n)
+        return ((values - others) / n).reshape(-1)
     # s^(loo-1): q_i = samples strictly below g_i; prefix sums of C(j - 1, k - 2) g_(j) over the sorted group
     below = (values.unsqueeze(2) > values.unsqueeze(1)).sum(dim=2)  # (P, n): q_i
     prefix_w = _binomials(n - 1, k - 2, offset=0, dtype=dtype, device=device)  # C(j - 1, k - 2), j = 1..n

@@ -6,6 +6,7 @@ import torch
 
 from ..core.advantages import group_relative_advantages
 from ..core.pkpo import annealed_k, pass_at_k_weights
+from ..names import pkpo_start_k
 from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
 
 
@@ -36,12 +37,13 @@ class PassAtKAdvantage(Extension):
     """PKPO (Walder & Karkhanis 2025, arXiv 2505.15201): each training sample's advantage is ``(n / k) * w_i``, where
     ``w_i`` are PKPO's weights (:func:`~trl_grpo_ext.core.pkpo.pass_at_k_weights`, ``pkpo_estimator``) on the
     group's rewards: their policy gradient is an unbiased estimate of the gradient of pass@k (best reward of k samples
-    for continuous rewards). The ``n / k`` makes k = 1 the reward itself. k follows ``pkpo_anneal_fraction``.
+    for continuous rewards). The ``n / k`` makes k = 1 the reward minus the mean of the group's other rewards (RLOO,
+    with ``loo_minus_one``; the reward itself with ``s``). k follows ``pkpo_anneal_fraction``.
     Rewards are gathered, so a group spanning processes is weighted whole; evaluation batches keep TRL's advantages.
     Logs ``pkpo/k`` and ``pkpo/adv_abs_mean``."""
 
     #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("pkpo_k", "pkpo_anneal_fraction", "pkpo_estimator")
+    config_fields = ("pkpo_k", "pkpo_anneal_fraction", "pkpo_estimator", "num_generations")
 
     metrics = ("pkpo/k", "pkpo/adv_abs_mean")
     example_config = {"pkpo_k": 2}
@@ -58,7 +60,8 @@ class PassAtKAdvantage(Extension):
     def _k(self, group_size: int) -> int:
         args = self.args
         progress = self.host.global_step / max(self.host.max_steps, 1)
-        return annealed_k(min(args.pkpo_k, group_size), progress=progress, anneal_fraction=args.pkpo_anneal_fraction)
+        k = pkpo_start_k(args.pkpo_k, args.num_generations)
+        return annealed_k(min(k, group_size), progress=progress, anneal_fraction=args.pkpo_anneal_fraction)
 
     def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         k = self._k(group_size)
