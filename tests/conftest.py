@@ -66,13 +66,12 @@ def make_trainer(tiny_model_path, tokenizer, train_dataset, tmp_path):
     def factory(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, reward_funcs=None, trainer_kwargs=None, **overrides):
         kwargs = {**TINY_ARGS, "output_dir": str(tmp_path / "out"), **overrides}
         args = config_cls(**kwargs)
+        trainer_kwargs = {"train_dataset": train_dataset, "processing_class": tokenizer, **(trainer_kwargs or {})}
         return cls(
             model=tiny_model_path,
             reward_funcs=reward_funcs or [testkit.exact_match_reward, testkit.digit_fraction_reward],
             args=args,
-            train_dataset=train_dataset,
-            processing_class=tokenizer,
-            **(trainer_kwargs or {}),
+            **trainer_kwargs,
         )
 
     return factory
@@ -188,8 +187,12 @@ TRAINING_FIXTURES = {"make_trainer", "tiny_model_path", "env"}
 def pytest_collection_modifyitems(config, items):
     """Two tiers: ``python -m pytest -q`` runs everything (CI, the README); ``-m "not slow"`` leaves out what trains a
     model, launches processes or starts pools, for the edit loop. The rule is mechanical (by module and fixture), so a
-    new training test lands in the slow tier without anyone remembering to mark it."""
+    new training test lands in the slow tier without anyone remembering to mark it. Tiny-trainer tests marked
+    ``fast`` stay in the edit loop (the TRL contract and parity tests, the member contract, one run of every family
+    member): the fast tier catches a broken trainer, within 90 s on 2 cores."""
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if item.get_closest_marker("fast") is not None:
+            continue
         if module in SLOW_MODULES or TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)

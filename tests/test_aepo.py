@@ -133,7 +133,7 @@ def test_aepo_training_run_and_state(make_trainer, tmp_path, legacy):
     # 16 rows = 4 groups of 4: the reference regenerates the first quarter (one group), 0.1.0 all of them.
     assert all(h["aepo/regenerated"] == (16 if legacy else 4) for h in gen_logs)
     assert all(("aepo/loss" in h) == legacy and math.isfinite(h["loss"]) for h in logs)
-    assert all(h["aepo/extra_gen_time"] > 0 for h in gen_logs)
+    assert all(math.isfinite(h["aepo/extra_gen_time"]) and h["aepo/extra_gen_time"] >= 0 for h in gen_logs)
     # TRL's completion metrics describe the policy's own samples only.
     assert all(h["completions/mean_length"] <= trainer.max_completion_length for h in gen_logs)
     # The entropy that steers: exact (TRL's `entropy`) or -mean(logp) of the trained tokens, both near log(96) = 4.56.

@@ -384,15 +384,20 @@ def test_config_imports_no_behaviour():
 
 
 def _args_read_per_class(path: Path) -> dict[str, set[str]]:
-    """Config fields each class of a family module reads (``args.X`` / ``self.args.X``; not in ``enabled``, which
-    the trainer calls with the whole config)."""
+    """Config fields each class of a family module reads (``args.X`` / ``self.args.X``; not in ``enabled``,
+    ``check_combination`` and ``never_negative_advantages``, which get the whole config)."""
     reads = {}
     for node in ast.parse(path.read_text()).body:
         if not isinstance(node, ast.ClassDef):
             continue
         found = set()
         for item in node.body:
-            if isinstance(item, ast.FunctionDef) and item.name == "enabled":
+            # the trainer calls these with the whole config: `enabled`, and the rules run by GRPOExtConfig.validate
+            if isinstance(item, ast.FunctionDef) and item.name in (
+                "enabled",
+                "check_combination",
+                "never_negative_advantages",
+            ):
                 continue
             for sub in ast.walk(item):
                 if isinstance(sub, ast.Attribute) and ast.unparse(sub.value) in ("args", "self.args", "self.host.args"):

@@ -109,6 +109,7 @@ def test_both_train_with_every_other_family(make_trainer):
     trainer = make_trainer(
         advantage_estimator="pass_at_k",
         pkpo_k=2,
+        pkpo_anneal_fraction=0.5,  # k reaches 1: PKPO's advantages get both signs, so W-REINFORCE's weighting acts
         advantage_weighting="w_reinforce",
         w_reinforce_baseline="group",
         entropy_control="entropy_advantage",

@@ -128,9 +128,37 @@ SWEEP = [
 ]
 
 
+@pytest.fixture(scope="module")
+def trl_keys(tiny_model_path, tokenizer, train_dataset, tmp_path_factory):
+    """Every key plain ``trl.GRPOTrainer`` logs in the sweep's setting (with and without a KL term and off-policy
+    reuse, which add TRL keys of their own)."""
+    from conftest import TINY_ARGS
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext import testkit
+
+    keys = set()
+    for extra in ({}, {"beta": 0.04, "num_iterations": 2}):
+        args = GRPOConfig(**{**TINY_ARGS, "output_dir": str(tmp_path_factory.mktemp("trl")), "max_steps": 2, **extra})
+        trainer = GRPOTrainer(
+            model=tiny_model_path,
+            reward_funcs=[testkit.exact_match_reward, testkit.digit_fraction_reward],
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+        )
+        trainer.train()
+        keys |= {key for h in trainer.state.log_history for key in h}
+    return keys
+
+
+@pytest.mark.fast  # one tiny run of every family member: in the edit-loop tier
 @pytest.mark.filterwarnings("ignore:.*not a percentage")
 @pytest.mark.parametrize(("switch", "name"), SWEEP, ids=[f"{s}={n}" for s, n in SWEEP])
-def test_every_registered_member_trains_and_logs_its_metrics(make_trainer, switch, name):
+def test_every_registered_member_trains_and_logs_its_metrics(make_trainer, trl_keys, switch, name):
+    """Each member trains, logs every metric it declares, and logs no key that nobody declares (TRL's own aside)."""
+    from trl_grpo_ext.families import declared_metrics
+
     cls = FAMILIES[switch].get(name)
     kwargs = {"trainer_kwargs": {"step_reward_funcs": [_digit_steps]}} if name == "prm" else {}
     trainer = make_trainer(max_steps=2, max_completion_length=8, **{switch: name, **cls.example_config}, **kwargs)
@@ -139,6 +167,9 @@ def test_every_registered_member_trains_and_logs_its_metrics(make_trainer, switc
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
     for key in cls.metrics:
         assert any(key in h for h in logs), f"{switch}={name} did not log {key}"
+    declared = {key for keys in declared_metrics(trainer.extensions.values()).values() for key in keys}
+    logged = {key for h in trainer.state.log_history for key in h}
+    assert not logged - trl_keys - declared, f"{switch}={name} logs undeclared {sorted(logged - trl_keys - declared)}"
 
 
 #: Built-in members that act without logging metrics of their own (TRL logs the rewards they normalise).

@@ -487,3 +487,57 @@ def test_aepo_refuses_a_generation_kwargs_temperature_under_vllm(make_trainer, m
     monkeypatch.setattr(trainer.args, "use_vllm", True)
     with pytest.raises(ValueError, match=r"drop 'temperature' from generation_kwargs"):
         AEPO(trainer.ext_host)
+
+
+class _Routed:
+    """An environment that owns the prompt: its reset() returns it (the dataset row carries only a task id)."""
+
+    def reset(self, task, **kwargs):
+        return f"{task}+1="
+
+    def noop(self, n: int) -> str:
+        """Does nothing.
+
+        Args:
+            n: a number.
+        """
+        return str(n)
+
+
+def test_environment_factory_datasets_may_omit_the_prompt_column(tiny_model_path, tmp_path):
+    """TRL 1.16 makes ``prompt`` optional with ``environment_factory`` (the environment's reset() supplies it):
+    a dataset of task ids builds and trains, as under plain TRL (the plugin used to refuse it, naming an impossible
+    fix)."""
+    from datasets import Dataset
+    from trl.chat_template_utils import qwen3_chat_template
+
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
+
+    tokenizer = testkit.build_char_tokenizer()
+    tokenizer.chat_template = qwen3_chat_template
+    model = testkit.build_tiny_model(tokenizer, max_position_embeddings=1024)
+    model.save_pretrained(tmp_path / "chat")
+    tokenizer.save_pretrained(tmp_path / "chat")
+    args = GRPOExtConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        token_clip="clip_cov",
+        clip_cov_lb=-100.0,
+    )
+    trainer = GRPOExtTrainer(
+        model=str(tmp_path / "chat"),
+        reward_funcs=[testkit.digit_fraction_reward],
+        args=args,
+        train_dataset=Dataset.from_list([{"task": str(i)} for i in range(8)]),
+        processing_class=tokenizer,
+        environment_factory=_Routed,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1

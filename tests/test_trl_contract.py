@@ -10,6 +10,9 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_grpo_ext.trl_compat import TRL_VERSION, combined_rewards, per_token_kl
 
+#: Tiny trainers, seconds in all: in the edit-loop tier (tests/conftest.py).
+pytestmark = pytest.mark.fast
+
 
 def params(fn):
     return list(inspect.signature(fn).parameters)

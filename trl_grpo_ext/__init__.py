@@ -24,6 +24,8 @@ _LAZY = {"GRPOExtConfig": ".config", "GRPOExtTrainer": ".trainer"}
 
 def __getattr__(name: str):
     if name in _LAZY:
+        # the families register the members (and their rules, which GRPOExtConfig.validate runs) with the config
+        importlib.import_module(".families", __name__)
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value

@@ -13,7 +13,15 @@ from typing import Literal
 
 from trl import GRPOConfig
 
-from .names import DIVERSITY_METRICS, FAMILIES, KNOWN_LOSS_TYPES, TRL_VERSION, pkpo_start_k, registry_for
+from .names import (
+    DIVERSITY_METRICS,
+    FAMILIES,
+    KNOWN_LOSS_TYPES,
+    SELECTION_CHECKS,
+    TRL_VERSION,
+    config_error,
+    registry_for,
+)
 
 #: AEPO's fields as trl_grpo_ext 0.1.0 ran it (a separate unclipped term over the whole batch regenerated, with
 #: 0.1.0's rules: see ``aepo_mode``); the defaults are the reference code's.
@@ -78,7 +86,7 @@ SANE_BOUNDS: dict[str, tuple[float, float, str, str]] = {
 
 
 def _fail(field_name: str, value, problem: str, fix: str) -> None:
-    raise ValueError(f"GRPOExtConfig.{field_name}={value!r}: {problem}. Fix: {fix}")
+    raise config_error(field_name, value, problem, fix)
 
 
 def _type_name(annotation) -> str:
@@ -202,18 +210,6 @@ class AdvantageConfig(ConfigSection):
                 self.w_reinforce_lambda,
                 "must be >= 0 (a weight of the positive samples; 0 trains on negative samples only)",
                 "e.g. 0.1 (paper)",
-            )
-        if (
-            self.advantage_weighting == "w_reinforce"
-            and self.w_reinforce_baseline == "none"
-            and self.advantage_estimator != "grpo"
-        ):
-            _fail(
-                "w_reinforce_baseline",
-                self.w_reinforce_baseline,
-                f"'none' replaces the group advantage by +lambda / -1, so advantage_estimator="
-                f"{self.advantage_estimator!r} would be discarded",
-                "set w_reinforce_baseline='group' (weights that estimator's advantages) or advantage_estimator='grpo'",
             )
 
 
@@ -823,22 +819,26 @@ class GRPOExtConfig(
         for section in SECTIONS:  # each family's own checks, in the order of the sections
             section.check(self)
         self._check_combinations()
+        self._check_members()
+
+    def _check_members(self) -> None:
+        """The selected members' rules: what each needs of the others and of TRL's settings, declared on the member
+        classes (built-in and registered alike; ``trl_grpo_ext.families.contracts.check_selection``, registered in
+        ``trl_grpo_ext.names.SELECTION_CHECKS`` when the families are imported)."""
+        if not SELECTION_CHECKS:
+            return  # the families are not imported: the trainer imports them and validates again
+        members = {switch: registry_for(switch).get(getattr(self, switch)) for switch in FAMILIES}
+        for check in SELECTION_CHECKS:
+            check(self, members)
 
     # ------------------------------------------------------------------ across sections
     def _check_combinations(self) -> None:
         """Every check that reads fields of more than one section, or TRL's own: what one family needs of another
         family or of TRL's settings. The sections' own ``check`` methods read their own fields only
         (``tests/test_config.py`` holds them to it)."""
-        # advantages: PKPO's k of the n samples; population std only where TRL's own std applies
-        if self.advantage_estimator == "pass_at_k" and not 1 <= pkpo_start_k(self.pkpo_k, self.num_generations) <= (
-            self.num_generations
-        ):
-            _fail(
-                "pkpo_k",
-                self.pkpo_k,
-                f"pass@k needs 1 <= k <= num_generations ({self.num_generations}): k of the n samples of a prompt",
-                f"e.g. pkpo_k={min(4, self.num_generations)}, or raise num_generations",
-            )
+        # Rules about which member runs with which (and with TRL's settings) are the members' own, by their class and
+        # capabilities: trl_grpo_ext.families.contracts.check_selection (run by validate). What stays here reads
+        # fields only.
         if self.advantage_std == "population" and self.multi_objective_aggregation != "sum_then_normalize":
             _fail(
                 "advantage_std",
@@ -854,97 +854,6 @@ class GRPOExtConfig(
                 "it changes the standard deviation rewards are divided by, but scale_rewards='none' divides by none "
                 "(advantages are reward - group mean), so it would do nothing",
                 "keep advantage_std='sample', or set scale_rewards='group' (or 'batch')",
-            )
-        # PRM: a PRM model only with PRM advantages
-        if self.advantage_estimator != "prm" and self.prm_model_name_or_path is not None:
-            _fail(
-                "prm_model_name_or_path",
-                self.prm_model_name_or_path,
-                f"a PRM model is only used with advantage_estimator='prm' (got {self.advantage_estimator!r})",
-                "set advantage_estimator='prm' or drop prm_model_name_or_path",
-            )
-        # token clips: TRL's importance sampling, an off-policy batch for KL-Cov, TRL's clip settings
-        if self.token_clip != "none" and self.importance_sampling_level != "token":
-            _fail(
-                "token_clip",
-                self.token_clip,
-                "token-level covariance clipping needs token-level importance sampling",
-                "set importance_sampling_level='token' or token_clip='none'",
-            )
-        if self.token_clip == "kl_cov" and not self.is_off_policy:
-            _fail(
-                "token_clip",
-                self.token_clip,
-                "KL-Cov is inert on-policy: with num_iterations=1 and steps_per_generation <= "
-                "gradient_accumulation_steps the old log-probs equal the current ones, so |logp - old_logp| and its "
-                "gradient are 0",
-                "set num_iterations=2 (as the paper) or steps_per_generation > gradient_accumulation_steps, "
-                "or use token_clip='clip_cov'",
-            )
-        if self.token_clip == "kl_cov" and not self.kl_cov_ppo_clip:
-            asked = []
-            if self.epsilon_high is not None:
-                asked.append(f"epsilon_high={self.epsilon_high}")
-            if self.loss_type == "cispo":
-                asked.append("loss_type='cispo' (its cap is epsilon_high)")
-            if asked:
-                _fail(
-                    "kl_cov_ppo_clip",
-                    self.kl_cov_ppo_clip,
-                    f"KL-Cov without the PPO clip (the paper's setting) sets TRL's epsilon_low / epsilon_high to "
-                    f"infinity, which would silently drop the clip you asked for: {', '.join(asked)}",
-                    "set kl_cov_ppo_clip=True to keep TRL's clip under KL-Cov, or drop epsilon_high / use another "
-                    "loss_type",
-                )
-        # sample filters: dynamic sampling's new groups need outcome advantages a group can lack
-        dynamic = self.sample_filter == "dynamic_sampling"
-        if dynamic and self.advantage_estimator == "prm":
-            _fail(
-                "advantage_estimator",
-                self.advantage_estimator,
-                "sample_filter='dynamic_sampling' gives the new groups advantages from their outcome rewards, and PRM "
-                "advantages need step rewards",
-                "use advantage_estimator='grpo' or 'pass_at_k', or sample_filter='nonzero_std' (masks the groups "
-                "without signal, no refill)",
-            )
-        if dynamic and self.advantage_weighting == "w_reinforce" and self.w_reinforce_baseline == "none":
-            _fail(
-                "w_reinforce_baseline",
-                self.w_reinforce_baseline,
-                "without a baseline W-REINFORCE gives every group a gradient (+lambda / -1 per sample), so no group "
-                "lacks signal and sample_filter='dynamic_sampling' has nothing to refill",
-                "set w_reinforce_baseline='group', or sample_filter='none'",
-            )
-        if dynamic and self.multi_objective_aggregation != "sum_then_normalize":
-            _fail(
-                "multi_objective_aggregation",
-                self.multi_objective_aggregation,
-                "sample_filter='dynamic_sampling' normalises the new groups' summed rewards (sum_then_normalize)",
-                "set multi_objective_aggregation='sum_then_normalize'",
-            )
-        # KL control: TRL's beta is the controller's starting value
-        if self.kl_control != "fixed" and self.beta == 0.0:
-            _fail(
-                "beta",
-                self.beta,
-                f"kl_control={self.kl_control!r} needs a starting beta > 0: with beta=0 TRL creates no reference "
-                "model and the KL term can never switch on",
-                "set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
-            )
-        if self.kl_control != "fixed" and not self.kl_beta_min <= self.beta <= self.kl_beta_max:
-            _fail(
-                "beta",
-                self.beta,
-                f"the starting beta must lie in [kl_beta_min, kl_beta_max] = [{self.kl_beta_min}, {self.kl_beta_max}]",
-                "move beta inside the clamp or widen the clamp",
-            )
-        # entropy control: AEPO replaces TRL's entropy bonus
-        if self.entropy_control == "aepo" and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
-            _fail(
-                "entropy_control",
-                self.entropy_control,
-                "AEPO replaces the entropy bonus, but entropy_coef / use_adaptive_entropy is also on",
-                "set entropy_coef=0 and use_adaptive_entropy=False, or entropy_control='none'",
             )
         # monitor: pass@k of the eval groups
         group = self.num_generations_eval or self.num_generations
@@ -1023,6 +932,10 @@ class GRPOExtConfig(
             value = getattr(self, name)
             if name not in registry_switches and value not in allowed:
                 _fail(name, value, "unknown value", f"use one of {list(allowed)}")
+
+
+#: Every field the plugin adds to GRPOConfig (its sections'), in declaration order.
+PLUGIN_FIELDS = tuple(f.name for section in SECTIONS for f in dataclasses.fields(section))
 
 
 def switch_names(switch: str) -> list[str]:

@@ -9,6 +9,9 @@ class): ``config.py`` reads them here instead of importing the families, the mon
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .core.registry import Registry
 
 #: The TRL minor version the copies of ``trl_compat`` were taken from.
@@ -19,6 +22,20 @@ PER_SEQUENCE_LOSS_TYPES = frozenset({"grpo", "sapo", "luspo", "dr_grpo"})
 TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
 #: Every loss type whose aggregation ``trl_compat.aggregate_like_loss_type`` copies.
 KNOWN_LOSS_TYPES = PER_SEQUENCE_LOSS_TYPES | TOKEN_COUNT_LOSS_TYPES | {"bnpo"}
+
+
+#: The checks of the selected member classes ``GRPOExtConfig.validate`` runs, as ``check(config, members)`` with
+#: ``members`` mapping each family switch to its selected class: ``trl_grpo_ext.families`` registers its own (the
+#: members' rules live on the member classes, which the config does not import) when it is imported, as
+#: ``from trl_grpo_ext import GRPOExtConfig`` and the trainer do.
+SELECTION_CHECKS: list[Callable[[Any, dict[str, Any]], None]] = []
+
+
+def config_error(field_name: str, value, problem: str, fix: str) -> ValueError:
+    """The error for a bad config value, from the config's checks and the members' rules alike: the field, its value,
+    what is wrong and the fix."""
+    return ValueError(f"GRPOExtConfig.{field_name}={value!r}: {problem}. Fix: {fix}")
+
 
 #: PKPO's k when ``pkpo_k`` is None: this, or ``num_generations`` when a group is smaller.
 PKPO_DEFAULT_K = 4

@@ -23,6 +23,7 @@ The trainer builds the service and applies the :class:`Splice` a member returns 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
@@ -142,11 +143,14 @@ class RolloutService:
         trainer: the ``GRPOTrainer`` whose model, reward functions and dataset the rollouts use.
         members: the run's family members, in hook order, read at each call (the trainer passes its live
             ``extensions.values()``: it builds the members after the service); :meth:`group_advantages` asks them.
+        receiver: checks what they return (``trl_grpo_ext.families.contracts.Receiver``), or None.
     """
 
-    def __init__(self, trainer, members: Iterable[Any] = ()):
+    def __init__(self, trainer, members: Iterable[Any] = (), receiver=None):
         self._trainer = trainer
         self._members = members
+        self._receiver = receiver  # the trainer's check of member outputs (families.contracts.Receiver), or None
+        self._stream = None  # this process's position in a streaming train_dataset (draw_prompts)
 
     # ------------------------------------------------------------------ how TRL pads and ends its rows
     @property
@@ -211,19 +215,45 @@ class RolloutService:
         return Rollout(prompt_ids, completion_ids, tool_mask, completions, logprobs, temperature)
 
     def draw_prompts(self, count: int, generator: torch.Generator) -> list[dict[str, Any]]:
-        """``count`` rows of the training dataset drawn uniformly (with replacement) by ``generator``; ``ValueError``
-        naming the fix where the dataset cannot be indexed (an ``IterableDataset``) or is empty."""
+        """``count`` rows of the training dataset: from a map-style dataset drawn uniformly (with replacement) by
+        ``generator``; from a streaming one (an ``IterableDataset``, which cannot be indexed) the stream's next rows,
+        this process's share of it (every ``num_processes``-th row, from its rank), restarting the stream when it ends
+        (its position is not checkpointed: a resumed run starts it again). ``ValueError`` naming the fix when there is
+        no dataset or it is empty."""
         dataset = self._trainer.train_dataset
-        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        if dataset is None:
             raise ValueError(
-                f"train_dataset ({type(dataset).__name__}) cannot be drawn from at random: drawing new prompts "
-                "(sample_filter='dynamic_sampling') needs a map-style dataset. Fix: pass a datasets.Dataset (not an "
-                "IterableDataset), or use sample_filter='nonzero_std'."
+                "there is no train_dataset to draw new prompts from (sample_filter='dynamic_sampling' refills groups "
+                "with the dataset's prompts; an environment_factory that owns the data has none). Fix: pass a "
+                "train_dataset, or use sample_filter='nonzero_std'."
             )
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            return self._stream_rows(dataset, count)
         if len(dataset) == 0:
             raise ValueError("train_dataset is empty: there are no prompts to draw. Fix: pass a non-empty dataset.")
         picks = torch.randint(len(dataset), (count,), generator=generator, device=generator.device).tolist()
         return [dataset[i] for i in picks]
+
+    def _stream_rows(self, dataset, count: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        restarted = False
+        while len(rows) < count:
+            if self._stream is None:
+                accelerator = self._trainer.accelerator
+                self._stream = itertools.islice(
+                    iter(dataset), accelerator.process_index, None, accelerator.num_processes
+                )
+            try:
+                rows.append(next(self._stream))
+                restarted = False
+            except StopIteration:
+                if restarted:
+                    raise ValueError(
+                        "train_dataset (a stream) holds no row for this process: there are no prompts to draw. Fix: "
+                        "pass a non-empty dataset."
+                    ) from None
+                self._stream, restarted = None, True
+        return rows
 
     def score(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
         """(N,) weighted reward sum of all processes' rows (NaN where unscorable), by the trainer's reward functions
@@ -238,6 +268,8 @@ class RolloutService:
         needs step rewards)."""
         for member in self._members:
             advantages = member.group_advantages(rewards, group_size)
+            if self._receiver is not None:
+                advantages = self._receiver.group_advantages(member, advantages, rows=rewards.numel())
             if advantages is not None:
                 return advantages
         raise ValueError(

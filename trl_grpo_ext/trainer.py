@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import contextvars
+import copy
 import functools
 import inspect
 import json
@@ -40,10 +41,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
-from .config import GRPOExtConfig
+from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
 from .families import FAMILIES, TRAINER_METRICS, Extension, GenerationBatch, LossContext, declared_metrics
 from .families.base import KEEP_KEY, GenerationUpdate
+from .families.contracts import Receiver
 from .families.observers import OBSERVERS
 from .rollouts import RolloutService, apply_splice
 from .trl_compat import (
@@ -322,6 +324,16 @@ class TrainerHost:
         return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}
 
 
+#: Plugin fields read when training starts, not by the members: a change before train() takes effect.
+READ_AT_TRAIN = ("ext_resume_state",)
+
+
+def _plugin_settings(args: GRPOExtConfig) -> dict[str, Any]:
+    """A copy of every field the plugin adds to ``GRPOConfig`` that its members are built from (the family switches
+    and their parameters; not :data:`READ_AT_TRAIN`)."""
+    return {name: copy.deepcopy(getattr(args, name)) for name in PLUGIN_FIELDS if name not in READ_AT_TRAIN}
+
+
 def _reward_timeouts() -> int:
     """Math answers scored 0.0 by a time bound in this process so far (0 before the worker pool of
     :mod:`trl_grpo_ext.rewards.pool` is imported)."""
@@ -395,13 +407,19 @@ def _with_context(func):
     return wrapped
 
 
-def _check_prompts(datasets: dict[str, Any]) -> None:
+def _check_prompts(datasets: dict[str, Any], *, environment: bool = False) -> None:
     """Every (map-style) dataset has a ``prompt`` column of non-empty text or chat messages: TRL fails on the others
-    deep inside generation with a raw ``KeyError: 'prompt'``, ``IndexError`` or tokenizer error naming no row."""
+    deep inside generation with a raw ``KeyError: 'prompt'``, ``IndexError`` or tokenizer error naming no row.
+
+    With an ``environment_factory`` (``environment=True``) TRL 1.16 makes ``prompt`` optional: an environment's
+    ``reset()`` supplies or extends it (a routing dataset may carry only an ``environment`` column), so neither a
+    missing column nor an empty prompt is an error there."""
     for label, dataset in datasets.items():
         names = getattr(dataset, "column_names", None)
         if dataset is None or names is None or not hasattr(dataset, "__len__"):
             continue  # streaming datasets are read lazily: TRL reports their rows as it meets them
+        if environment:
+            continue
         if "prompt" not in names:
             raise ValueError(
                 f"{label} has no 'prompt' column (columns: {names}). Fix: rename the column that holds the prompts to "
@@ -547,19 +565,22 @@ class GRPOExtTrainer(GRPOTrainer):
                     "functions with trl_grpo_ext.rewards.STEP_REWARD_FUNCS.get(name)); a PRM model goes in "
                     "GRPOExtConfig.prm_model_name_or_path."
                 )
-        _check_prompts({"train_dataset": kwargs["train_dataset"]})
+        environment = kwargs["environment_factory"] is not None
+        _check_prompts({"train_dataset": kwargs["train_dataset"]}, environment=environment)
         eval_sets = kwargs["eval_dataset"]
         if isinstance(eval_sets, dict):
-            _check_prompts({f"eval_dataset[{key!r}]": value for key, value in eval_sets.items()})
+            _check_prompts({f"eval_dataset[{key!r}]": v for key, v in eval_sets.items()}, environment=environment)
         else:
-            _check_prompts({"eval_dataset": eval_sets})
+            _check_prompts({"eval_dataset": eval_sets}, environment=environment)
         self.ext_clock = ExtClock()  # set before super().__init__ so no hook can run without it
         super().__init__(model, reward_funcs, args, **kwargs)
         self._check_dataset_size()
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
         self.extensions: dict[str, Extension] = {}
-        self.ext_rollouts = RolloutService(self, members=self.extensions.values())  # the rollout room's door to TRL
+        self.ext_receiver = Receiver(lambda: self.state.global_step)  # checks every member output it receives
+        # the rollout room's door to TRL
+        self.ext_rollouts = RolloutService(self, members=self.extensions.values(), receiver=self.ext_receiver)
         self.ext_host = TrainerHost(self)
         for switch, registry in FAMILIES.items():  # one member per family, in the order the hooks run
             cls = registry.get(getattr(args, switch))
@@ -569,6 +590,8 @@ class GRPOExtTrainer(GRPOTrainer):
             cls = OBSERVERS.get(name)
             if cls.enabled(args):
                 self.extensions[name] = cls(self.ext_host)
+        # What the members were built from: a change to args before train() would not reach them (train() refuses it)
+        self.ext_built_with = _plugin_settings(args)
         declared = declared_metrics(self.extensions.values())
         self.add_callback(MetricGroupsCallback(key for keys in declared.values() for key in keys))
         self.add_callback(ExtTimingCallback(self.ext_clock, self.ext_host))  # last, so it times the monitor too
@@ -687,8 +710,9 @@ class GRPOExtTrainer(GRPOTrainer):
             scores = self.accelerator.gather(output["advantages"].detach()).float()  # (N,)
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         splices = []
+        rows = batch.rewards.numel()  # every process's rows
         for extension in self.extensions.values():
-            update = extension.on_generation(batch)
+            update = self.ext_receiver.generation_update(extension, extension.on_generation(batch), rows=rows)
             if update is not None:
                 self._apply_generation_update(batch, update)
                 if update.splice is not None:
@@ -737,20 +761,20 @@ class GRPOExtTrainer(GRPOTrainer):
             mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
             row_scale = 1.0
             for extension in self.extensions.values():
-                row_scale *= extension.loss_scale(inputs, mode)
+                row_scale *= self.ext_receiver.loss_scale(extension, extension.loss_scale(inputs, mode))
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
             ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
         with LOSS_CONTEXT.open(ctx):  # TRL's policy forward inside takes it (_get_per_token_logps_and_entropies)
             loss = super()._compute_loss(model, inputs)
-        if ctx.logps is None:
+        if ctx.forward_logps is None:
             raise RuntimeError(
                 "GRPOExtTrainer: TRL's _compute_loss did not call _get_per_token_logps_and_entropies; this TRL version "
                 f"({trl.__version__}) is not supported (use trl>={TRL_VERSION},<1.17)."
             )
         with self.ext_clock.measure():
             for extension in self.extensions.values():
-                term = extension.extra_loss(ctx)
+                term = self.ext_receiver.loss_term(extension, extension.extra_loss(ctx))
                 if term is not None:
                     loss = loss + term
             for extension in self.extensions.values():
@@ -763,27 +787,29 @@ class GRPOExtTrainer(GRPOTrainer):
         )
         ctx = LOSS_CONTEXT.take()  # the first call inside _compute_loss: the policy's differentiable forward
         if ctx is not None:
-            ctx.logps = logps
+            ctx.forward_logps = logps
             ctx.entropies = entropies
             with self.ext_clock.measure():
                 # TRL's loss reads inputs["advantages"] after this call; ctx.inputs is this micro-batch's own dict
                 advantages = ctx.inputs["advantages"]
+                receive, (rows, width) = self.ext_receiver, logps.shape
                 for extension in self.extensions.values():
-                    advantages = extension.shape_advantages(advantages, ctx)
+                    shaped = extension.shape_advantages(advantages, ctx)
+                    advantages = receive.shaped_advantages(extension, shaped, given=advantages, rows=rows, width=width)
                 ctx.inputs["advantages"] = advantages
                 ctx.policy_weight = trl_policy_weight(
                     self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=ctx.inputs, old_logps=ctx.old_logps
                 )
                 ctx.selected = self._selection(logps, ctx)
                 for extension in self.extensions.values():
-                    logps = extension.modify_logps(logps, ctx)
+                    logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps)
         return logps, entropies, aux
 
     def _selection(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
         """The (B, T) tokens the one selecting member (a token clip) returned from ``select_tokens``, or None."""
         chosen = None
         for name, extension in self.extensions.items():
-            selected = extension.select_tokens(logps, ctx)
+            selected = self.ext_receiver.selection(extension, extension.select_tokens(logps, ctx), like=logps)
             if selected is not None:
                 if chosen is not None:
                     raise ValueError(
@@ -799,6 +825,7 @@ class GRPOExtTrainer(GRPOTrainer):
         ``resume_from_checkpoint=True`` takes the last *complete* checkpoint (every file it needs parses), where
         transformers takes the last folder even if a kill interrupted its writing."""
         self.args.validate()  # fields changed after the trainer was built: the same errors as at construction
+        self._check_args_unchanged()
         if resume_from_checkpoint is True:  # a damaged state file of ours matters only when it is to be loaded
             resume_from_checkpoint = last_complete_checkpoint(
                 self.args.output_dir, ext_state=self.args.ext_resume_state == "load"
@@ -812,6 +839,22 @@ class GRPOExtTrainer(GRPOTrainer):
                     "checkpoint, or pass resume_from_checkpoint=True to take the newest complete one."
                 )
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _check_args_unchanged(self) -> None:
+        """The members, and what they told TRL at construction (KL-Cov's dropped ratio clip, AEPO's warnings, the
+        monitor's callback), come from the config the trainer was built with: a plugin field changed on ``args`` since
+        (the notebook habit: ``trainer.args.token_clip = "clip_cov"``) would train with the old value while ``args``
+        and the saved config said the new one. Refused, naming each field."""
+        now = _plugin_settings(self.args)
+        changed = [name for name, value in now.items() if value != self.ext_built_with[name]]
+        if changed:
+            shown = ", ".join(f"{name}: {self.ext_built_with[name]!r} -> {now[name]!r}" for name in changed)
+            raise ValueError(
+                f"GRPOExtConfig field(s) changed on trainer.args after the trainer was built ({shown}); its members "
+                "were built from the first values, so the run would not be the one args describe. Fix: set them in "
+                "the GRPOExtConfig before building GRPOExtTrainer (or build a new trainer), or put the old values "
+                "back."
+            )
 
     @property
     def collapse_monitor(self) -> CollapseMonitor | None:

@@ -290,7 +290,7 @@ def batch_diversity(
     _check_ids("batch_diversity", ids)
     # a completion alone in its group has no reference: self-BLEU 0.0, as self_bleu_batch gives
     with_bleu = self_bleu_max_n is not None and ids.size(0) > 0 and group_size > 1
-    bleu_orders = range(1, self_bleu_max_n + 1) if with_bleu else ()
+    bleu_orders = range(1, self_bleu_max_n + 1) if self_bleu_max_n is not None and with_bleu else ()
     orders = sorted({*ngram_sizes, *bleu_orders, *([repetition_n] if repetition_n is not None else [])})
     out: dict[str, float | torch.Tensor] = {}
     # Small batches count all orders in one pass (fewer operations); large ones one order at a time (arrays that fit
@@ -337,6 +337,8 @@ def unique_fraction(ids: torch.Tensor, mask: torch.Tensor, group_size: int) -> f
 def _log_precision(counts: _NgramCounts, k: int, n: int) -> torch.Tensor:
     """log of BLEU's modified precision of order ``k`` (n-grams of ``n``) per row (N,): add-one smoothed for n > 1
     (Lin & Och 2004)."""
+    if counts.clipped is None:
+        raise ValueError("_log_precision needs n-gram counts made with clipped=True (BLEU's clipped matches).")
     total, clipped = counts.row_total[k], counts.clipped[k]
     if n == 1:
         precision = torch.where(total > 0, clipped / total.clamp(min=1.0), torch.zeros_like(total))

@@ -84,8 +84,9 @@ class AdaptiveKLController:
         value = state_number(state, "value", low=0.0, low_open=True)
         num_updates = state_number(state, "num_updates", low=0, optional=True, integer=True)
         last_error = state_number(state, "last_error", low=-0.2, high=0.2, optional=True)
+        assert value is not None  # not optional: state_number raised otherwise
         self.value = min(max(float(value), self.beta_min), self.beta_max)
-        self.num_updates = num_updates or 0
+        self.num_updates = int(num_updates or 0)
         self.last_error = float(last_error or 0.0)
 
 

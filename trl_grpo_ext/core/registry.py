@@ -27,9 +27,12 @@ class Registry(Generic[T]):
             ``family`` in capitals).
     """
 
-    def __init__(self, family: str, *, symbol: str | None = None):
+    def __init__(self, family: str, *, symbol: str | None = None, check: Callable[..., None] | None = None):
         self.family = family
         self.symbol = symbol or family.upper()
+        #: Called as ``check(obj, name=name)`` before ``obj`` is registered; raises to refuse it (the families set it
+        #: to their member contract, ``trl_grpo_ext.families.contracts.check_member_class``).
+        self.check = check
         self._items: dict[str, T] = {}
 
     def register(self, name: str, *, override: bool = False) -> Callable[[T], T]:
@@ -38,6 +41,8 @@ class Registry(Generic[T]):
             raise ValueError(f"A {self.family} must be registered under a non-empty string name, got {name!r}.")
 
         def decorator(obj: T) -> T:
+            if self.check is not None:
+                self.check(obj, name=name)
             if name in self._items and not override:
                 raise ValueError(
                     f"The {self.family} '{name}' is already registered (by {self._items[name]!r}). Pick another name, "

@@ -105,11 +105,19 @@ def pf_keep_mask(
             f"rewards must be 1-D with a multiple of group_size ({group_size}) entries, got {tuple(rewards.shape)}."
         )
     grouped = rewards.view(-1, group_size)  # (P, G)
-    keep = fn(grouped, generator)
-    if keep.shape != grouped.shape or keep.dtype != torch.bool:
+    try:
+        keep = fn(grouped, generator)
+    except Exception as error:
+        raise RuntimeError(
+            f"The sample_filter strategy '{strategy}' ({getattr(fn, '__name__', fn)!r}) raised {type(error).__name__}: "
+            f"{error}. Fix the strategy: it takes (P, G) rewards (NaN = unscorable) and a generator, and returns a "
+            "(P, G) bool keep mask."
+        ) from error
+    if not isinstance(keep, torch.Tensor) or keep.shape != grouped.shape or keep.dtype != torch.bool:
+        got = f"{keep.dtype} {tuple(keep.shape)}" if isinstance(keep, torch.Tensor) else f"{type(keep).__name__}"
         raise ValueError(
             f"The sample_filter strategy '{strategy}' must return a bool mask of shape {tuple(grouped.shape)}, got "
-            f"{keep.dtype} {tuple(keep.shape)}."
+            f"{got}."
         )
     return keep.reshape(-1)
 

@@ -57,8 +57,9 @@ def declared_metrics(members=None) -> dict[str, tuple[str, ...]]:
         members = [reg.get(name) for reg in (*FAMILIES.values(), OBSERVERS) for name in reg.names()]
     members = list(members)
     named = [(member if isinstance(member, type) else type(member)).__name__ for member in members]
+    keys = [tuple(member.metrics) + tuple(getattr(member, "optional_metrics", ())) for member in members]
     return {
-        **{name: tuple(member.metrics) for name, member in zip(named, members, strict=True) if member.metrics},
+        **{name: key for name, key in zip(named, keys, strict=True) if key},
         "ExtTimingCallback": ExtTimingCallback.metrics,
         "GRPOExtTrainer": TRAINER_METRICS,
     }

@@ -6,7 +6,7 @@ import torch
 
 from ..core.advantages import group_relative_advantages
 from ..core.pkpo import annealed_k, pass_at_k_weights
-from ..names import pkpo_start_k
+from ..names import config_error, pkpo_start_k
 from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
 
 
@@ -21,6 +21,7 @@ class OutcomeAdvantage(Extension):
     config_fields = ("advantage_std",)
 
     docs = "outcome_advantages.md"
+    gives_group_advantages = True
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if self.args.advantage_std == "sample":
@@ -48,6 +49,24 @@ class PassAtKAdvantage(Extension):
     metrics = ("pkpo/k", "pkpo/adv_abs_mean")
     example_config = {"pkpo_k": 2}
     docs = "pass_at_k.md"
+    gives_group_advantages = True
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        if not 1 <= pkpo_start_k(args.pkpo_k, args.num_generations) <= args.num_generations:
+            raise config_error(
+                "pkpo_k",
+                args.pkpo_k,
+                f"pass@k needs 1 <= k <= num_generations ({args.num_generations}): k of the n samples of a prompt",
+                f"e.g. pkpo_k={min(4, args.num_generations)}, or raise num_generations",
+            )
+
+    @classmethod
+    def never_negative_advantages(cls, args) -> bool:
+        """s^(loo-1) at k >= 2 is a mean of max(g_i, max_T) - max_T >= 0; at k = 1 (a schedule that reaches it) the
+        leave-one-out baseline makes below-average samples negative, and ``s`` follows the rewards' sign."""
+        k = pkpo_start_k(args.pkpo_k, args.num_generations)
+        return args.pkpo_estimator == "loo_minus_one" and k >= 2 and args.pkpo_anneal_fraction == 0.0
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode != "train":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core.advantages import scale_positive_advantages, w_reinforce_advantages
+from ..names import config_error
 from .base import ADVANTAGE_WEIGHTINGS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
 
 ADVANTAGE_WEIGHTINGS.register("none")(Off)
@@ -31,6 +32,49 @@ class WReinforce(Extension):
     metrics = ("w_reinforce/positive_frac", "w_reinforce/adv_mean")
     example_config = {"w_reinforce_lambda": 0.1}
     docs = "w_reinforce.md"
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        from .advantage import OutcomeAdvantage
+
+        estimator = members["advantage_estimator"]
+        if args.w_reinforce_baseline == "none":
+            if not issubclass(estimator, OutcomeAdvantage):
+                raise config_error(
+                    "w_reinforce_baseline",
+                    args.w_reinforce_baseline,
+                    f"'none' replaces the group advantage by +lambda / -1, so advantage_estimator="
+                    f"{args.advantage_estimator!r} would be discarded",
+                    "set w_reinforce_baseline='group' (weights that estimator's advantages) or "
+                    "advantage_estimator='grpo'",
+                )
+            if args.advantage_std != "sample":
+                raise config_error(
+                    "advantage_std",
+                    args.advantage_std,
+                    "w_reinforce_baseline='none' replaces the group-normalised advantages by +lambda / -1, so the "
+                    "standard deviation they are divided by does nothing",
+                    "keep advantage_std='sample', or set w_reinforce_baseline='group'",
+                )
+            if any(getattr(m, "refills_groups", False) for m in members.values()):
+                raise config_error(
+                    "w_reinforce_baseline",
+                    args.w_reinforce_baseline,
+                    "without a baseline W-REINFORCE gives every group a gradient (+lambda / -1 per sample), so no "
+                    "group lacks signal and sample_filter='dynamic_sampling' has nothing to refill",
+                    "set w_reinforce_baseline='group', or sample_filter='none'",
+                )
+        elif estimator.never_negative_advantages(args):
+            raise config_error(
+                "advantage_weighting",
+                args.advantage_weighting,
+                f"w_reinforce_baseline='group' multiplies the positive advantages by w_reinforce_lambda and keeps the "
+                f"negative ones, but {estimator.__name__} (advantage_estimator={args.advantage_estimator!r}) writes "
+                "no negative advantage with these settings, so lambda only rescales the loss (lambda = 0: no gradient "
+                "at all)",
+                "use W-REINFORCE with advantage_estimator='grpo', or anneal PKPO's k to 1 (pkpo_anneal_fraction > 0: "
+                "its pass@1 advantages have both signs), or set advantage_weighting='none'",
+            )
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         if batch.mode != "train":

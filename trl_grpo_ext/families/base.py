@@ -14,6 +14,7 @@ capability to declare.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -30,11 +31,13 @@ from ..names import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TO
     FAMILIES,
     KL_CONTROLLERS,
     SAMPLE_FILTERS,
+    SELECTION_CHECKS,
     TOKEN_CLIPS,
     registry_for,
 )
 from ..rollouts import RolloutService, Splice
 from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
+from .contracts import Receiver, check_member_class, check_selection
 
 
 class Host(Protocol):
@@ -140,34 +143,58 @@ def config_fields_of(member: type) -> frozenset[str]:
     return frozenset(f for cls in member.__mro__ for f in vars(cls).get("config_fields", ()))
 
 
+def _private(view, name: str) -> AttributeError | None:
+    """The error for reading a view's internals from outside (``self.host._host``, ``self.args._args``)."""
+    if name.startswith("_") and not name.startswith("__"):
+        owner = object.__getattribute__(view, "_owner")
+        return AttributeError(
+            f"{owner} reads {name} of its {type(view).__name__}: a member reaches the run only through the names its "
+            "view allows (trl_grpo_ext.families.base.Host, and the config_fields it declares)."
+        )
+    return None
+
+
 class ConfigView:
     """The config as one member sees it: the fields its class declares (``config_fields``, with its bases'), read-only.
     Reading another field is an ``AttributeError`` naming the field and where to declare it, so what a member depends
-    on is written on the member; :func:`config_fields_of` lists it."""
+    on is written on the member; :func:`config_fields_of` lists it. The config behind it is not reachable."""
 
     def __init__(self, args, fields, owner: str):
         object.__setattr__(self, "_args", args)
         object.__setattr__(self, "_fields", frozenset(fields))
         object.__setattr__(self, "_owner", owner)
 
-    def __getattr__(self, name: str):
+    def __getattribute__(self, name: str):
+        error = _private(self, name)
+        if error is not None:
+            raise error
+        return object.__getattribute__(self, name)
+
+    def __getattr__(self, name: str):  # after __getattribute__ raised (private names) or found nothing
         if name.startswith("__"):
             raise AttributeError(name)
-        if name not in self._fields:
+        error = _private(self, name)
+        if error is not None:
+            raise error
+        owner = object.__getattribute__(self, "_owner")
+        if name not in object.__getattribute__(self, "_fields"):
             raise AttributeError(
-                f"{self._owner} reads args.{name}, a config field the class does not declare. Fix: add {name!r} to "
-                f"{self._owner}.config_fields."
+                f"{owner} reads args.{name}, a config field the class does not declare. Fix: add {name!r} to "
+                f"{owner}.config_fields."
             )
-        return getattr(self._args, name)
+        return getattr(object.__getattribute__(self, "_args"), name)
 
     def __setattr__(self, name: str, value) -> None:
-        raise AttributeError(f"{self._owner} sets args.{name}: a member's config is read-only.")
+        raise AttributeError(
+            f"{object.__getattribute__(self, '_owner')} sets args.{name}: a member's config is read-only."
+        )
 
 
 class HostView:
     """The :class:`Host` as one member sees it: every protocol member but the :data:`CAPABILITIES` its class did not
-    declare. Using one of those, or anything outside the protocol, is an ``AttributeError`` that names the member,
-    the capability and where to declare it, so a member cannot reach further into the run than its class says."""
+    declare. Using one of those, or anything outside the protocol (the host behind the view included), is an
+    ``AttributeError`` that names the member, the capability and where to declare it, so a member cannot reach further
+    into the run than its class says. A beta it sets is checked (finite, >= 0) before TRL sees it."""
 
     def __init__(self, host: Host, capabilities, owner: str, args=None):
         unknown = set(capabilities) - set(CAPABILITIES)
@@ -178,32 +205,44 @@ class HostView:
         object.__setattr__(self, "_capabilities", frozenset(capabilities))
         object.__setattr__(self, "_owner", owner)
 
-    def __getattr__(self, name: str):
+    def __getattribute__(self, name: str):
+        error = _private(self, name)
+        if error is not None:
+            raise error
+        return object.__getattribute__(self, name)
+
+    def __getattr__(self, name: str):  # after __getattribute__ raised (private names) or found nothing
         if name.startswith("__"):
             raise AttributeError(name)
+        error = _private(self, name)
+        if error is not None:
+            raise error
+        owner = object.__getattribute__(self, "_owner")
         needed = _NEEDS.get(name)
-        if needed is not None and needed not in self._capabilities:
+        if needed is not None and needed not in object.__getattribute__(self, "_capabilities"):
             raise AttributeError(
-                f"{self._owner} uses host.{name}, which needs the host capability {needed!r} that the class does not "
-                f"declare. Fix: add {needed!r} to {self._owner}.host_capabilities (trl_grpo_ext.families.base."
+                f"{owner} uses host.{name}, which needs the host capability {needed!r} that the class does not "
+                f"declare. Fix: add {needed!r} to {owner}.host_capabilities (trl_grpo_ext.families.base."
                 "CAPABILITIES lists what each capability allows)."
             )
         if name not in _PROTOCOL:
             raise AttributeError(
-                f"{self._owner} uses host.{name}, which is not part of the Host protocol (trl_grpo_ext.families.base."
+                f"{owner} uses host.{name}, which is not part of the Host protocol (trl_grpo_ext.families.base."
                 "Host): a member reaches TRL only through the host's declared members."
             )
-        return getattr(self._host, name)
+        return getattr(object.__getattribute__(self, "_host"), name)
 
     def __setattr__(self, name: str, value) -> None:
+        owner = object.__getattribute__(self, "_owner")
         if name != "beta":
-            raise AttributeError(f"{self._owner} sets host.{name}: only host.beta is settable.")
-        if "set_beta" not in self._capabilities:
+            raise AttributeError(f"{owner} sets host.{name}: only host.beta is settable.")
+        if "set_beta" not in object.__getattribute__(self, "_capabilities"):
             raise AttributeError(
-                f"{self._owner} sets host.beta, which needs the host capability 'set_beta' that the class does not "
-                f"declare. Fix: add 'set_beta' to {self._owner}.host_capabilities."
+                f"{owner} sets host.beta, which needs the host capability 'set_beta' that the class does not "
+                f"declare. Fix: add 'set_beta' to {owner}.host_capabilities."
             )
-        setattr(self._host, name, value)
+        host = object.__getattribute__(self, "_host")
+        setattr(host, name, Receiver(lambda: host.global_step).beta(owner, value))
 
 
 def restrict(host: Host, member: type) -> HostView:
@@ -214,6 +253,13 @@ def restrict(host: Host, member: type) -> HostView:
     args = ConfigView(host.args, config_fields_of(member), member.__name__)
     return HostView(host, getattr(member, "host_capabilities", ()), member.__name__, args=args)
 
+
+# Every family registry checks a class against the member contract when it is registered (built-in and user alike),
+# and GRPOExtConfig.validate runs the selected members' rules.
+for _switch, _registry in FAMILIES.items():
+    _registry.check = functools.partial(check_member_class, family=_switch)
+if check_selection not in SELECTION_CHECKS:
+    SELECTION_CHECKS.append(check_selection)
 
 #: Key under which a filtered batch carries each row's keep flag through TRL's shuffle and split.
 KEEP_KEY = "ext_keep"
@@ -292,10 +338,12 @@ class LossContext:
         mask: (B, T) loss mask (completion mask x tool/filter mask).
         mode: "train" or "eval".
         row_scale: factor the sample filter applies to per-sequence aggregations (1.0 otherwise).
-        logps: (B, T) the policy's log-probs with gradient, as the model returned them (set by the trainer).
+        forward_logps: (B, T) the policy's log-probs with gradient, as the model returned them (set by the trainer
+            once TRL's forward ran; members read :attr:`logps`).
         selected: (B, T) bool, the tokens a member's ``select_tokens`` returned (the token clip's), or None (set by
             the trainer).
-        entropies: (B, T) per-token entropies of the same forward pass (no gradient needed).
+        entropies: (B, T) per-token entropies of the same forward pass (no gradient needed), or None where TRL did
+            not compute them (:attr:`token_entropies` raises then).
         policy_weight: (B, T) the factor TRL 1.16 multiplies into its per-token policy loss (not the KL term): the
             ``top_entropy_quantile`` mask x the ``off_policy_mask_threshold`` sequence mask x vLLM's importance-sampling
             ratio, each where configured; None when none is (set by the trainer with ``logps``). Terms that act like the
@@ -306,10 +354,32 @@ class LossContext:
     mask: torch.Tensor
     mode: str
     row_scale: float = 1.0
-    logps: torch.Tensor | None = None
+    forward_logps: torch.Tensor | None = None
     selected: torch.Tensor | None = None
     entropies: torch.Tensor | None = None
     policy_weight: torch.Tensor | None = None
+
+    @property
+    def logps(self) -> torch.Tensor:
+        """(B, T) the policy's log-probs with gradient: set once TRL's forward ran, so readable from
+        ``shape_advantages`` on (``loss_scale`` runs before it)."""
+        if self.forward_logps is None:
+            raise RuntimeError("LossContext.logps is read before TRL's policy forward ran (in loss_scale?).")
+        return self.forward_logps
+
+    @property
+    def token_entropies(self) -> torch.Tensor:
+        """(B, T) per-token entropies; ``RuntimeError`` where TRL did not compute them."""
+        if self.entropies is None:
+            raise RuntimeError("LossContext.entropies: TRL did not compute per-token entropies for this micro-batch.")
+        return self.entropies
+
+    @property
+    def selection(self) -> torch.Tensor:
+        """(B, T) bool: :attr:`selected`, for the selecting member's own hooks; ``RuntimeError`` when none selected."""
+        if self.selected is None:
+            raise RuntimeError("LossContext.selected: no member returned a selection from select_tokens.")
+        return self.selected
 
     @property
     def policy_mask(self) -> torch.Tensor:
@@ -366,6 +436,9 @@ class Extension:
     is_off: ClassVar[bool] = False
     #: Metric keys the member logs every time it acts (the registry sweep checks them; dashboards group by prefix).
     metrics: ClassVar[tuple[str, ...]] = ()
+    #: Metric keys it logs only in some steps (a term that is zero, a quantity not yet measured): declared too, so
+    #: every key a run logs is somebody's (``declared_metrics``; the sweep checks no undeclared key appears).
+    optional_metrics: ClassVar[tuple[str, ...]] = ()
     #: Config fields the member needs besides its switch, with working values (the sweep and the docs use them).
     example_config: ClassVar[dict[str, Any]] = {}
     #: The docs page of the method.
@@ -377,9 +450,30 @@ class Extension:
     #: of these (the helpers below read ``use_bias_correction_kl``).
     config_fields: ClassVar[tuple[str, ...]] = ("use_bias_correction_kl",)
 
+    #: Advantage estimators: whether :meth:`group_advantages` gives whole groups' advantages from their rewards alone
+    #: (what dynamic sampling's new groups need; PRM's need step rewards).
+    gives_group_advantages: ClassVar[bool] = False
+    #: Sample filters: whether the member puts new groups in place of the groups without signal (dynamic sampling).
+    refills_groups: ClassVar[bool] = False
+
     def __init__(self, host: Host):
         self.host = restrict(host, type(self))
         self.args = self.host.args
+
+    @classmethod
+    def check_combination(cls, args, members: dict[str, type]) -> None:
+        """Refuse a configuration this member cannot run with: ``args`` is the whole config, ``members`` the selected
+        member class of every family (switch -> class). Raise ``trl_grpo_ext.names.config_error(field, value,
+        problem, fix)``. Rules about another family read its member's class and traits (:attr:`refills_groups`,
+        :attr:`gives_group_advantages`, ``host_capabilities``, ``config_fields``), never its switch's value, so they
+        hold for registered variants too. Called by ``GRPOExtConfig.validate`` (construction, the trainer, ``train``).
+        """
+
+    @classmethod
+    def never_negative_advantages(cls, args) -> bool:
+        """Advantage estimators: whether, with these settings, no advantage it writes is ever negative (a weighting
+        by sign then only rescales the loss)."""
+        return False
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
         return None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import ClassVar
 
 import torch
 
 from ..core.sample_filter import pf_keep_mask
+from ..names import config_error
 from ..rollouts import Rollout, Splice
 from .base import SAMPLE_FILTERS, GenerationBatch, GenerationUpdate
 from .sample_filter import PolicyFilter
@@ -21,7 +23,8 @@ class DynamicSampling(PolicyFilter):
 
     A prompt group whose scorable rewards are all equal has advantage 0 on every sample: no policy gradient. After
     TRL scored a training generation batch, each process counts its groups without signal, draws that many new
-    prompts from ``train_dataset`` (uniformly, a generator seeded per process and step), generates and scores a group
+    prompts from ``train_dataset`` (uniformly, a generator seeded per process and step; from a streaming dataset, the
+    stream's next rows of this process's share), generates and scores a group
     for each through TRL's own ``_generate`` and reward functions (the rollout mechanism AEPO's regeneration uses,
     :mod:`trl_grpo_ext.rollouts`), and puts the new groups that have signal in place of those without, with the
     advantages the configured estimator gives them (``RolloutService.group_advantages``: GRPO's group-normalised ones
@@ -46,7 +49,7 @@ class DynamicSampling(PolicyFilter):
     #: The config fields it reads (its ``self.args`` holds these only).
     config_fields = ("dynamic_sampling_max_rounds", "dynamic_sampling_fill", "temperature")
 
-    metrics = (
+    metrics: ClassVar[tuple[str, ...]] = (
         "dynamic/rounds",
         "dynamic/signal_frac_before",
         "dynamic/signal_frac_after",
@@ -58,12 +61,37 @@ class DynamicSampling(PolicyFilter):
     example_config = {"dynamic_sampling_max_rounds": 2}
     docs = "dynamic_sampling.md"
     host_capabilities = ("rollout",)
+    refills_groups = True
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        estimator = members["advantage_estimator"]
+        if not estimator.gives_group_advantages:
+            raise config_error(
+                "advantage_estimator",
+                args.advantage_estimator,
+                f"sample_filter={args.sample_filter!r} gives the new groups advantages from their outcome rewards, and "
+                f"{estimator.__name__} cannot (PRM advantages need step rewards)",
+                "use advantage_estimator='grpo' or 'pass_at_k', or sample_filter='nonzero_std' (masks the groups "
+                "without signal, no refill)",
+            )
+        if args.multi_objective_aggregation != "sum_then_normalize":
+            raise config_error(
+                "multi_objective_aggregation",
+                args.multi_objective_aggregation,
+                f"sample_filter={args.sample_filter!r} splices new groups with advantages of their own, but "
+                "normalize_then_sum divides every row's summed per-function z-scores by the standard deviation of "
+                "the whole batch: new rows change that deviation, so every other row's advantage would have to "
+                "change with them (TRL computes it once, before the members run)",
+                "set multi_objective_aggregation='sum_then_normalize', or use sample_filter='none' with "
+                "normalize_then_sum",
+            )
 
     def __init__(self, host):
         super().__init__(host)
         self.strategy = "nonzero_std"  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
         if self.args.dynamic_sampling_max_rounds:
-            # refuses, naming the fix, a dataset it cannot draw from
+            # refuses, naming the fix, a train_dataset that is missing or empty
             self.host.rollouts.draw_prompts(0, torch.Generator())
 
     def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:

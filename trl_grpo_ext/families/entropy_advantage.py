@@ -36,7 +36,7 @@ class EntropyAdvantage(Extension):
             return advantages
         args = self.args
         token_adv = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).expand_as(ctx.mask)  # (B, T)
-        entropies = ctx.entropies.detach().to(token_adv.dtype)  # (B, T)
+        entropies = ctx.token_entropies.detach().to(token_adv.dtype)  # (B, T)
         shaped = entropy_shaped_advantages(
             token_adv, entropies, alpha=args.entropy_adv_alpha, kappa=args.entropy_adv_kappa
         )  # (B, T)

@@ -18,6 +18,7 @@ from ..core.aepo import (
     high_entropy_mask,
 )
 from ..core.state import state_number
+from ..names import config_error
 from ..rollouts import Rollout, Splice, rollout_tensors
 from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
 
@@ -104,9 +105,21 @@ class AEPO(Extension):
         "aepo/positive_frac",
         "aepo/extra_gen_time",
     )
+    #: entropy once a step measured it; the term only in term mode, on steps that kept samples
+    optional_metrics = ("aepo/entropy", "aepo/entropy_gap", "aepo/loss")
     example_config = {"aepo_adv_threshold": 0.0}
     docs = "aepo.md"
     host_capabilities = ("rollout",)
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+            raise config_error(
+                "entropy_control",
+                args.entropy_control,
+                "AEPO replaces the entropy bonus, but entropy_coef / use_adaptive_entropy is also on",
+                "set entropy_coef=0 and use_adaptive_entropy=False, or entropy_control='none'",
+            )
 
     def __init__(self, host):
         super().__init__(host)
@@ -272,7 +285,7 @@ class AEPO(Extension):
         return loss
 
     def after_loss(self, ctx: LossContext) -> None:
-        if ctx.mode != "train" or ctx.logps is None:
+        if ctx.mode != "train" or ctx.forward_logps is None:
             return
         estimator = AEPO_RULES[self.args.aepo_mode]["entropy_estimator"]
         if ctx.entropies is None and estimator == "exact":

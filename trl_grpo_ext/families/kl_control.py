@@ -9,6 +9,7 @@ import torch
 
 from ..core.diversity import distinct_n_batch
 from ..core.kl_control import AdaptiveKLController, DiversityKLController
+from ..names import config_error
 from ..trl_compat import per_token_kl
 from .base import KL_CONTROLLERS, Extension, GenerationBatch, LossContext, Off
 
@@ -23,6 +24,17 @@ class _BetaControl(Extension):
     host_capabilities = ("set_beta",)
 
     controller: AdaptiveKLController
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        # (beta > 0 for any member that sets beta: families.contracts.check_selection)
+        if not args.kl_beta_min <= args.beta <= args.kl_beta_max:
+            raise config_error(
+                "beta",
+                args.beta,
+                f"the starting beta must lie in [kl_beta_min, kl_beta_max] = [{args.kl_beta_min}, {args.kl_beta_max}]",
+                "move beta inside the clamp or widen the clamp",
+            )
 
     def state_dict(self):
         return self.controller.state_dict()

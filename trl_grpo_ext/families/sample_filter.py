@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import torch
 
@@ -28,7 +29,13 @@ class PolicyFilter(Extension):
     #: The config fields it reads (its ``self.args`` holds these only).
     config_fields = ("sample_filter", "pf_rescale", "pf_filter_eval")
 
-    metrics = ("filter/kept_frac", "filter/kept_reward_mean", "filter/groups_kept_frac", "filter/all_filtered")
+    metrics: ClassVar[tuple[str, ...]] = (
+        "filter/kept_frac",
+        "filter/kept_reward_mean",
+        "filter/groups_kept_frac",
+        "filter/all_filtered",
+    )
+    optional_metrics: ClassVar[tuple[str, ...]] = ("filter/dropped_reward_mean",)  # when a row was dropped
     docs = "pf_ppo.md"
 
     def __init__(self, host):

@@ -9,11 +9,13 @@ TRL multiplies into its policy loss (``LossContext.policy_weight``).
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import torch
 
 from ..core.collectives import LOCAL
 from ..core.token_clip import clip_cov_mask, kl_cov_mask, kl_cov_penalty, ppo_clipped_mask, token_covariance
+from ..names import config_error
 from .base import TOKEN_CLIPS, Extension, LossContext, Off
 
 logger = logging.getLogger(__name__)
@@ -23,7 +25,18 @@ TOKEN_CLIPS.register("none")(Off)
 
 class _CovarianceClip(Extension):
     #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("token_clip_scope",)
+    config_fields: ClassVar[tuple[str, ...]] = ("token_clip_scope",)
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        if args.importance_sampling_level != "token":
+            raise config_error(
+                "token_clip",
+                args.token_clip,
+                "token-level covariance clipping needs token-level importance sampling",
+                "set importance_sampling_level='token' or token_clip='none'",
+            )
+
     prefix = ""
 
     def collectives(self):
@@ -55,10 +68,11 @@ class ClipCov(_CovarianceClip):
     """
 
     #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")
+    config_fields: ClassVar[tuple[str, ...]] = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")
 
     prefix = "clip_cov"
     metrics = ("clip_cov/selected_frac", "clip_cov/selected_tokens", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac")
+    optional_metrics = ("clip_cov/selected_cov_mean",)  # when a token was selected
     example_config = {"clip_cov_ratio": 0.05, "clip_cov_lb": -100.0, "clip_cov_ub": 100.0}
     docs = "clip_cov_kl_cov.md"
 
@@ -94,14 +108,15 @@ class ClipCov(_CovarianceClip):
         return selected
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
-        return torch.where(ctx.selected, logps.detach(), logps)
+        return torch.where(ctx.selection, logps.detach(), logps)
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         beta = self.host.beta
-        if beta == 0.0 or ctx.selected is None or not bool(ctx.selected.any()):
+        selected = ctx.selected
+        if beta == 0.0 or selected is None or not bool(selected.any()):
             return None
         kl = self.trl_kl(ctx)
-        restore = (kl - kl.detach()) * ctx.selected.to(kl.dtype)  # value 0, gradient of the selected tokens' KL
+        restore = (kl - kl.detach()) * selected.to(kl.dtype)  # value 0, gradient of the selected tokens' KL
         # Mirrors TRL's own KL term, which the sample filter's rescale corrects separately: no row scale here.
         return beta * self.aggregate(restore, ctx, scale_rows=False)
 
@@ -114,13 +129,42 @@ class KLCov(_CovarianceClip):
     """
 
     #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("kl_cov_ratio", "kl_cov_coef", "kl_cov_ppo_clip")
+    config_fields: ClassVar[tuple[str, ...]] = ("kl_cov_ratio", "kl_cov_coef", "kl_cov_ppo_clip")
 
     prefix = "kl_cov"
     metrics = ("kl_cov/selected_frac", "kl_cov/selected_tokens", "kl_cov/cov_mean", "kl_cov/penalty_mean")
+    optional_metrics = ("kl_cov/selected_cov_mean",)  # when a token was selected
     example_config = {"kl_cov_ratio": 0.05, "num_iterations": 2}
     docs = "clip_cov_kl_cov.md"
     host_capabilities = ("ratio_clip",)
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        super().check_combination(args, members)
+        if not args.is_off_policy:
+            raise config_error(
+                "token_clip",
+                args.token_clip,
+                "KL-Cov is inert on-policy: with num_iterations=1 and steps_per_generation <= "
+                "gradient_accumulation_steps the old log-probs equal the current ones, so |logp - old_logp| and its "
+                "gradient are 0",
+                "set num_iterations=2 (as the paper) or steps_per_generation > gradient_accumulation_steps, "
+                "or use token_clip='clip_cov'",
+            )
+        asked = []
+        if not args.kl_cov_ppo_clip and args.epsilon_high is not None:
+            asked.append(f"epsilon_high={args.epsilon_high}")
+        if not args.kl_cov_ppo_clip and args.loss_type == "cispo":
+            asked.append("loss_type='cispo' (its cap is epsilon_high)")
+        if asked:
+            raise config_error(
+                "kl_cov_ppo_clip",
+                args.kl_cov_ppo_clip,
+                f"KL-Cov without the PPO clip (the paper's setting) sets TRL's epsilon_low / epsilon_high to "
+                f"infinity, which would silently drop the clip you asked for: {', '.join(asked)}",
+                "set kl_cov_ppo_clip=True to keep TRL's clip under KL-Cov, or drop epsilon_high / use another "
+                "loss_type",
+            )
 
     def __init__(self, host):
         super().__init__(host)
@@ -149,8 +193,9 @@ class KLCov(_CovarianceClip):
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         # (B, T); weighted like TRL's policy loss (entropy / off-policy masks, vLLM importance-sampling ratio).
-        penalty = ctx.weighted(kl_cov_penalty(ctx.logps, ctx.old_logps, ctx.selected))
+        selected = ctx.selection
+        penalty = ctx.weighted(kl_cov_penalty(ctx.logps, ctx.old_logps, selected))
         coll = self.host.collectives
-        stats = coll.all_sum(torch.stack([penalty.detach().sum(), ctx.selected.sum().float()]))
+        stats = coll.all_sum(torch.stack([penalty.detach().sum(), selected.sum().float()]))
         self.log_metric(ctx.mode, "kl_cov/penalty_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
         return self.args.kl_cov_coef * self.aggregate(penalty, ctx)

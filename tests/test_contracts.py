@@ -1,0 +1,322 @@
+"""The member contract (trl_grpo_ext.families.contracts): a class is checked when it is registered, what a member
+returns is checked where the trainer receives it, and a member cannot reach past its views. Each bad input gives an
+error naming the member (or field), the hook, the step and the fix."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
+from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, KL_CONTROLLERS, TOKEN_CLIPS, Extension
+from trl_grpo_ext.families.base import GenerationUpdate, HostView, restrict
+from trl_grpo_ext.families.contracts import MemberContractError, Receiver
+
+#: Tiny trainers, seconds in all: in the edit-loop tier (tests/conftest.py).
+pytestmark = pytest.mark.fast
+
+
+# ------------------------------------------------------------------------------------------------- registration
+def test_a_plain_function_is_refused_at_registration():
+    with pytest.raises(
+        MemberContractError, match=r"token_clip='fn_clip': clip is not a class derived from .*Extension"
+    ):
+
+        @TOKEN_CLIPS.register("fn_clip")
+        def clip(logps, ctx):
+            return logps
+
+    assert "fn_clip" not in TOKEN_CLIPS
+
+
+def test_an_init_without_host_is_refused():
+    with pytest.raises(MemberContractError, match=r"cannot be built from the host alone.*def __init__\(self, host\)"):
+
+        @TOKEN_CLIPS.register("no_host_clip")
+        class NoHost(Extension):
+            def __init__(self):
+                pass
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+
+def test_config_fields_without_the_comma_and_unknown_fields_are_refused():
+    with pytest.raises(MemberContractError, match=r"config_fields = 'temperature' is a str.*\('temperature',\)"):
+
+        @TOKEN_CLIPS.register("comma_clip")
+        class Comma(Extension):
+            config_fields = "temperature"
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+    with pytest.raises(MemberContractError, match=r"declares \['temprature'\], which are not GRPOExtConfig fields"):
+
+        @TOKEN_CLIPS.register("typo_clip")
+        class Typo(Extension):
+            config_fields = ("temprature",)
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+
+def test_a_member_implementing_none_of_its_familys_hooks_is_refused():
+    with pytest.raises(MemberContractError, match=r"kl_control='lazy_kl': Lazy implements none of"):
+
+        @KL_CONTROLLERS.register("lazy_kl")
+        class Lazy(Extension):
+            host_capabilities = ("set_beta",)
+
+    with pytest.raises(MemberContractError, match=r"host_capabilities = 'set_beta': each must be one of"):
+
+        @KL_CONTROLLERS.register("str_caps_kl")
+        class StrCaps(Extension):
+            host_capabilities = "set_beta"
+
+            def after_loss(self, ctx):
+                pass
+
+
+# ------------------------------------------------------------------------------------------------- the views
+class _Host:
+    global_step = 7
+    beta = 0.04
+    args = type("Args", (), {"beta": 0.04, "kl_target": 0.1, "use_bias_correction_kl": False})()
+
+
+class _Controller(Extension):
+    config_fields = ("kl_target",)
+    host_capabilities = ("set_beta",)
+
+    def after_loss(self, ctx):
+        pass
+
+
+def test_a_member_cannot_reach_past_its_views():
+    member = _Controller(_Host())
+    with pytest.raises(AttributeError, match=r"_Controller reads _host of its HostView"):
+        member.host._host  # noqa: B018
+    with pytest.raises(AttributeError, match=r"_Controller reads _args of its ConfigView"):
+        member.args._args  # noqa: B018
+    assert member.args.kl_target == 0.1  # the declared field still reads
+    assert isinstance(restrict(member.host, _Controller), HostView)  # the trainer's side still unwraps it
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "0.1", torch.tensor([0.1, 0.2])])
+def test_a_beta_outside_its_range_is_refused_naming_the_member(value):
+    host = _Host()
+    member = _Controller(host)
+    with pytest.raises(
+        MemberContractError, match=r"_Controller\.host\.beta at step 7: set beta to .*Fix: set a finite"
+    ):
+        member.host.beta = value
+    assert host.beta == 0.04
+    member.host.beta = torch.tensor(0.5)  # a 0-d tensor is a number
+    assert host.beta == 0.5 and isinstance(host.beta, float)
+
+
+# ------------------------------------------------------------------------------------------------- outputs
+RECEIVE = Receiver(lambda: 3)
+
+
+class Member:
+    pass
+
+
+def test_generation_updates_are_checked():
+    member = Member()
+    with pytest.raises(MemberContractError, match=r"Member\.on_generation at step 3: returned dict"):
+        RECEIVE.generation_update(member, {"advantages": torch.zeros(8)}, rows=8)
+    with pytest.raises(MemberContractError, match=r"shape \(16,\); the batch has 8 rows"):
+        RECEIVE.generation_update(member, GenerationUpdate(advantages=torch.zeros(16)), rows=8)
+    with pytest.raises(MemberContractError, match=r"shape \(4,\); the batch has 8 rows"):
+        RECEIVE.generation_update(member, GenerationUpdate(advantages=torch.zeros(4)), rows=8)
+    nan = torch.zeros(8)
+    nan[5] = float("nan")
+    with pytest.raises(MemberContractError, match=r"1 non-finite value\(s\) \(rows \[5\]\).*nan_to_num"):
+        RECEIVE.generation_update(member, GenerationUpdate(advantages=nan), rows=8)
+    with pytest.raises(MemberContractError, match=r"are a torch.int64 tensor"):
+        RECEIVE.generation_update(member, GenerationUpdate(advantages=torch.zeros(8, dtype=torch.long)), rows=8)
+    with pytest.raises(MemberContractError, match=r"keep is a torch.float32 tensor of shape \(8,\), not a \(8,\) bool"):
+        RECEIVE.generation_update(member, GenerationUpdate(keep=torch.ones(8)), rows=8)
+    ok = GenerationUpdate(advantages=torch.zeros(8, 3), keep=torch.ones(8, dtype=torch.bool))
+    assert (
+        RECEIVE.generation_update(member, ok, rows=8) is ok and RECEIVE.generation_update(member, None, rows=8) is None
+    )
+
+
+def test_loss_side_outputs_are_checked():
+    member = Member()
+    logps = torch.zeros(2, 3, requires_grad=True)
+    given = torch.zeros(2)
+    assert RECEIVE.shaped_advantages(member, given, given=given, rows=2, width=3) is given
+    with pytest.raises(MemberContractError, match=r"shape_advantages at step 3: token-level advantages of width 5"):
+        RECEIVE.shaped_advantages(member, torch.zeros(2, 5), given=given, rows=2, width=3)
+    with pytest.raises(MemberContractError, match=r"select_tokens at step 3: returned a torch.float32 tensor"):
+        RECEIVE.selection(member, torch.zeros(2, 3), like=logps)
+    with pytest.raises(MemberContractError, match=r"modify_logps at step 3: returned log-probs detached"):
+        RECEIVE.logps(member, logps.detach() * 1.0, like=logps)
+    with pytest.raises(MemberContractError, match=r"modify_logps at step 3: returned a torch.float32 tensor of shape"):
+        RECEIVE.logps(member, logps[:1], like=logps)
+    with pytest.raises(MemberContractError, match=r"extra_loss at step 3: returned a torch.float32 tensor of shape"):
+        RECEIVE.loss_term(member, torch.zeros(2))
+    with pytest.raises(MemberContractError, match=r"extra_loss at step 3: returned nan"):
+        RECEIVE.loss_term(member, torch.tensor(float("nan")))
+    for bad in (-1.0, math.inf, None, True):
+        with pytest.raises(MemberContractError, match=r"loss_scale at step 3"):
+            RECEIVE.loss_scale(member, bad)
+    assert RECEIVE.loss_scale(member, 2) == 2.0
+
+
+def test_a_filter_strategy_that_raises_or_returns_nothing_is_named():
+    @SAMPLE_FILTER_STRATEGIES.register("test_raises")
+    def raises(grouped, generator):
+        raise KeyError("oops")
+
+    @SAMPLE_FILTER_STRATEGIES.register("test_returns_none")
+    def returns_none(grouped, generator):
+        return None
+
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"strategy 'test_raises' \('raises'\) raised KeyError.*Fix the strategy"
+        ):
+            pf_keep_mask(torch.zeros(4), 2, strategy="test_raises")
+        with pytest.raises(ValueError, match=r"strategy 'test_returns_none' must return a bool mask.*got NoneType"):
+            pf_keep_mask(torch.zeros(4), 2, strategy="test_returns_none")
+    finally:
+        SAMPLE_FILTER_STRATEGIES.unregister("test_raises")
+        SAMPLE_FILTER_STRATEGIES.unregister("test_returns_none")
+
+
+# ------------------------------------------------------------------------------------------------- in a trainer
+@pytest.fixture
+def registered():
+    """Members registered for one test (unregistered after)."""
+    names = []
+
+    def register(registry, name, cls):
+        registry.register(name)(cls)
+        names.append((registry, name))
+        return name
+
+    yield register
+    for registry, name in names:
+        registry.unregister(name)
+
+
+class NaNAdvantages(Extension):
+    def on_generation(self, batch):
+        advantages = torch.zeros_like(batch.rewards)
+        advantages[0] = float("nan")
+        return GenerationUpdate(advantages=advantages)
+
+
+class DictUpdate(Extension):
+    def on_generation(self, batch):
+        return {"advantages": torch.zeros_like(batch.rewards)}
+
+
+def test_nan_advantages_stop_before_the_weights_change(make_trainer, registered):
+    trainer = make_trainer(advantage_weighting=registered(ADVANTAGE_WEIGHTINGS, "test_nan_adv", NaNAdvantages))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(MemberContractError, match=r"NaNAdvantages\.on_generation at step 0: advantages of every"):
+        trainer.train()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
+def test_an_update_of_the_wrong_type_names_the_member(make_trainer, registered):
+    trainer = make_trainer(advantage_weighting=registered(ADVANTAGE_WEIGHTINGS, "test_dict_update", DictUpdate))
+    with pytest.raises(MemberContractError, match=r"DictUpdate\.on_generation at step 0: returned dict"):
+        trainer.train()
+
+
+# ------------------------------------------------------------------------------------------------- args after build
+@pytest.mark.parametrize(
+    ("built", "late"),
+    [
+        ({}, {"token_clip": "clip_cov", "clip_cov_lb": -100.0}),  # the issue's notebook habit: no member was built
+        ({"sample_filter": "dynamic_sampling"}, {"sample_filter": "none"}),  # the member would still refill
+        ({"kl_control": "adaptive", "beta": 0.04}, {"kl_target": 0.5}),  # a parameter of a built member
+    ],
+)
+def test_a_switch_or_field_set_on_args_after_building_is_refused_at_train(make_trainer, built, late):
+    trainer = make_trainer(**built)
+    for name, value in late.items():
+        setattr(trainer.args, name, value)
+    first = next(iter(late))
+    with pytest.raises(ValueError, match=rf"changed on trainer\.args after the trainer was built \({first}: "):
+        trainer.train()
+    for name in late:  # put back: trains
+        setattr(trainer.args, name, trainer.ext_built_with[name])
+    trainer.args.max_steps = 1
+    trainer.train()
+
+
+def test_ext_resume_state_set_before_train_takes_effect(make_trainer):
+    trainer = make_trainer(max_steps=1)
+    trainer.args.ext_resume_state = "ignore"  # read when training starts, not by a member
+    trainer.train()
+    assert trainer.state.global_step == 1 and "ext_resume_state" not in trainer.ext_built_with
+
+
+# ------------------------------------------------------------------------------------------------- combinations
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            dict(advantage_estimator="pass_at_k", advantage_weighting="w_reinforce", w_reinforce_baseline="group"),
+            r"advantage_weighting='w_reinforce': .*PassAtKAdvantage .* writes no negative advantage",
+        ),
+        (dict(advantage_estimator="pass_at_k", advantage_std="population"), r"advantage_std='population': no selected"),
+        (
+            dict(advantage_weighting="w_reinforce", advantage_std="population"),
+            r"advantage_std='population': w_reinforce_baseline='none' replaces",
+        ),
+    ],
+)
+def test_do_nothing_combinations_are_refused(fields, message):
+    from trl_grpo_ext import GRPOExtConfig
+
+    with pytest.raises(ValueError, match=message):
+        GRPOExtConfig("out", use_cpu=True, bf16=False, **fields)
+
+
+def test_annealed_pass_at_k_with_w_reinforce_group_is_accepted():
+    """k annealed to 1 gives negative advantages (the leave-one-out baseline): the weighting then acts."""
+    from trl_grpo_ext import GRPOExtConfig
+
+    from trl_grpo_ext.families.advantage import PassAtKAdvantage
+
+    args = GRPOExtConfig(
+        "out",
+        use_cpu=True,
+        bf16=False,
+        advantage_estimator="pass_at_k",
+        pkpo_anneal_fraction=0.5,
+        advantage_weighting="w_reinforce",
+        w_reinforce_baseline="group",
+    )
+    assert not PassAtKAdvantage.never_negative_advantages(args)
+    assert PassAtKAdvantage.never_negative_advantages(GRPOExtConfig("o", use_cpu=True, bf16=False, pkpo_k=2))
+
+
+def test_a_subclass_of_a_builtin_keeps_its_rules(registered):
+    """Rules belong to the class, not to the switch's value: a variant of dynamic sampling registered under another
+    name is refused with PRM advantages and with W-REINFORCE's baseline-free advantages, as the built-in is."""
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.families import SAMPLE_FILTERS
+    from trl_grpo_ext.families.dynamic_sampling import DynamicSampling
+
+    class MyRefill(DynamicSampling):
+        pass
+
+    name = registered(SAMPLE_FILTERS, "test_my_refill", MyRefill)
+    base = dict(use_cpu=True, bf16=False, sample_filter=name)
+    with pytest.raises(ValueError, match=r"PRMAdvantage cannot \(PRM advantages need step rewards\)"):
+        GRPOExtConfig("out", advantage_estimator="prm", **base)
+    with pytest.raises(ValueError, match=r"no group lacks signal"):
+        GRPOExtConfig("out", advantage_weighting="w_reinforce", **base)

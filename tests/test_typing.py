@@ -1,0 +1,44 @@
+"""The member interface type-checks: mypy on the families and the pure core, on a member written against the
+interface (it passes), and on one whose hooks break it (it is refused, hook by hook)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = Path(__file__).with_name("typing_cases")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy: pip install -e '.[test]'"),
+]
+
+
+def _mypy(*paths) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--no-error-summary",
+        "--cache-dir",
+        str(ROOT / ".mypy_cache"),
+        *map(str, paths),
+    ]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_families_core_and_a_member_written_against_them_type_check():
+    proc = _mypy("trl_grpo_ext/families", "trl_grpo_ext/core", CASES / "good_member.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_member_breaking_the_hook_signatures_does_not():
+    proc = _mypy(CASES / "bad_member.py")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert 'Return type "list[int]" of "select_tokens" incompatible' in proc.stdout, proc.stdout
+    assert 'Return type "float" of "extra_loss" incompatible' in proc.stdout, proc.stdout
