@@ -419,7 +419,7 @@ REFUSED: dict[tuple[str, str], str] = {
     ("environment_factory (scripted tool call)", "dynamic_sampling"): (
         "sample_filter='dynamic_sampling' cannot run with environment_factory"
     ),
-    ("multi_objective_aggregation=normalize_then_sum", "dynamic_sampling"): "normalises the new groups' summed rewards",
+    ("multi_objective_aggregation=normalize_then_sum", "dynamic_sampling"): "new rows change that deviation",
 }
 
 CELLS = [(row, column) for row in ROWS for column in COLUMNS]

@@ -414,12 +414,12 @@ def _check_prompts(datasets: dict[str, Any], *, environment: bool = False) -> No
     With an ``environment_factory`` (``environment=True``) TRL 1.16 makes ``prompt`` optional: an environment's
     ``reset()`` supplies or extends it (a routing dataset may carry only an ``environment`` column), so neither a
     missing column nor an empty prompt is an error there."""
+    if environment:
+        return
     for label, dataset in datasets.items():
         names = getattr(dataset, "column_names", None)
         if dataset is None or names is None or not hasattr(dataset, "__len__"):
             continue  # streaming datasets are read lazily: TRL reports their rows as it meets them
-        if environment:
-            continue
         if "prompt" not in names:
             raise ValueError(
                 f"{label} has no 'prompt' column (columns: {names}). Fix: rename the column that holds the prompts to "

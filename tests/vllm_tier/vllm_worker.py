@@ -10,6 +10,7 @@ from pathlib import Path
 import cpu_vllm  # noqa: I001  (vLLM's environment first)
 import pytest
 import torch
+from conftest import VLLM_ARGS
 from datasets import Dataset
 from probe import Probe
 from test_vllm_colocate import ALL_ON, SYNCED, even_operand_reward
@@ -22,26 +23,11 @@ def main(out: Path, model: str) -> None:
     monkeypatch = pytest.MonkeyPatch()
     # Odd prompts give no signal (refilled); the pool to draw from is mostly even.
     prompts = [f"{a}+{b}=" for a in (1, 3, 0, 2, 4, 6, 8) for b in range(1, 9)]
-    args = GRPOExtConfig(
-        output_dir=str(out / "run"),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=3,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        save_strategy="no",
-        disable_tqdm=True,
-        use_vllm=True,
-        vllm_mode="colocate",
-        vllm_max_model_length=64,
-        vllm_importance_sampling_mode="token_truncate",
-        **{**ALL_ON, "dynamic_sampling_max_rounds": 3, "aepo_adv_threshold": -1.0},
+    settings = {**VLLM_ARGS, **ALL_ON, "max_steps": 3, "output_dir": str(out / "run")}
+    settings.update(
+        vllm_importance_sampling_mode="token_truncate", dynamic_sampling_max_rounds=3, aepo_adv_threshold=-1
     )
+    args = GRPOExtConfig(**settings)
     trainer = GRPOExtTrainer(
         model=model,
         reward_funcs=[even_operand_reward],
