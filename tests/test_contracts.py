@@ -288,7 +288,6 @@ def test_do_nothing_combinations_are_refused(fields, message):
 def test_annealed_pass_at_k_with_w_reinforce_group_is_accepted():
     """k annealed to 1 gives negative advantages (the leave-one-out baseline): the weighting then acts."""
     from trl_grpo_ext import GRPOExtConfig
-
     from trl_grpo_ext.families.advantage import PassAtKAdvantage
 
     args = GRPOExtConfig(
