@@ -43,6 +43,7 @@ def even_operand_reward(prompts, completions, **kwargs):
 
 
 def run(model: str, engine: str, overrides: dict, args) -> list[float]:
+    from conftest import VLLM_ARGS
     from transformers import TrainerCallback
 
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
@@ -56,23 +57,17 @@ def run(model: str, engine: str, overrides: dict, args) -> list[float]:
 
     clock = StepClock()
     config = GRPOExtConfig(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=16,
-        num_generations=4,
-        max_completion_length=args.completion,
-        max_steps=args.steps,
-        learning_rate=1e-5,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        save_strategy="no",
-        disable_tqdm=True,
-        use_vllm=engine == "vllm",
-        vllm_mode="colocate",
-        vllm_max_model_length=args.completion + 16,
-        **overrides,
+        **{
+            **VLLM_ARGS,  # the vLLM tier's tiny-run settings, scaled to this benchmark
+            "output_dir": tempfile.mkdtemp(),
+            "per_device_train_batch_size": 16,
+            "max_completion_length": args.completion,
+            "max_steps": args.steps,
+            "learning_rate": 1e-5,
+            "use_vllm": engine == "vllm",
+            "vllm_max_model_length": args.completion + 16,
+            **overrides,
+        }
     )
     trainer = GRPOExtTrainer(
         model=model,
