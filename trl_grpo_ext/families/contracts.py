@@ -50,17 +50,6 @@ FAMILY_HOOKS: dict[str, tuple[tuple[str, ...], str]] = {
         "an entropy control acts through at least one hook",
     ),
 }
-#: Every hook a member may implement (``Extension``'s).
-HOOKS = (
-    "on_generation",
-    "group_advantages",
-    "shape_advantages",
-    "select_tokens",
-    "modify_logps",
-    "loss_scale",
-    "extra_loss",
-    "after_loss",
-)
 
 
 class MemberContractError(ValueError):
@@ -95,21 +84,23 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             f"trainer builds every member as {cls}(host). Fix: def __init__(self, host): super().__init__(host) (read "
             "settings from self.args, declared in config_fields)."
         ) from None
-    fields = vars(obj).get("config_fields", ())
-    if isinstance(fields, str) or not isinstance(fields, (tuple, list, frozenset, set)):
-        raise MemberContractError(
-            f"{where}: {cls}.config_fields = {fields!r} is a {type(fields).__name__}, not a tuple of field names "
-            f"(a one-name tuple needs its comma). Fix: config_fields = ({fields!r},)"
-            if isinstance(fields, str)
-            else f"{where}: {cls}.config_fields = {fields!r} must be a tuple of GRPOExtConfig field names."
-        )
-    unknown = sorted(f for f in fields if not isinstance(f, str) or f not in _config_field_names())
-    if unknown:
-        raise MemberContractError(
-            f"{where}: {cls}.config_fields declares {unknown}, which are not GRPOExtConfig fields. Fix: list the "
-            "fields the member reads by their exact names (a field of your own: subclass GRPOExtConfig and pass it as "
-            "args)."
-        )
+    for klass in obj.__mro__:  # the class's own config_fields and its bases' (a base need not be registered)
+        fields = vars(klass).get("config_fields", ())
+        owner = klass.__name__
+        if isinstance(fields, str) or not isinstance(fields, (tuple, list, frozenset, set)):
+            raise MemberContractError(
+                f"{where}: {owner}.config_fields = {fields!r} is a {type(fields).__name__}, not a tuple of field "
+                f"names (a one-name tuple needs its comma). Fix: config_fields = ({fields!r},)"
+                if isinstance(fields, str)
+                else f"{where}: {owner}.config_fields = {fields!r} must be a tuple of GRPOExtConfig field names."
+            )
+        unknown = sorted(f for f in fields if not isinstance(f, str) or f not in _config_field_names())
+        if unknown:
+            raise MemberContractError(
+                f"{where}: {owner}.config_fields declares {unknown}, which are not GRPOExtConfig fields. Fix: list the "
+                "fields the member reads by their exact names (a field of your own: subclass GRPOExtConfig and pass "
+                "it as args)."
+            )
     capabilities = getattr(obj, "host_capabilities", ())
     if isinstance(capabilities, str) or set(capabilities) - set(CAPABILITIES):
         raise MemberContractError(
@@ -349,4 +340,4 @@ class Receiver:
         return float(number)
 
 
-__all__ = ["FAMILY_HOOKS", "HOOKS", "MemberContractError", "Receiver", "check_member_class", "check_selection"]
+__all__ = ["FAMILY_HOOKS", "MemberContractError", "Receiver", "check_member_class", "check_selection"]
