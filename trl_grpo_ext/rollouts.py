@@ -282,19 +282,15 @@ class RolloutService:
         """(b, t) log-probs (with gradient when enabled) and entropies (or None) of a chunk's completions under the
         policy, through TRL's ``_get_per_token_logps_and_entropies`` (at the training temperature)."""
         trainer = self._trainer
-        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
-        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, input_ids, attention_mask, chunk["completion_ids"].size(1), compute_entropy=compute_entropy
+            trainer.model, *_forward_inputs(chunk), compute_entropy=compute_entropy
         )
         return logps, entropies
 
     def reference_logps(self, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
         """(b, t) log-probs of a chunk's completions under TRL's reference model (its ``ref_model``, or the PEFT base /
         "ref" adapter), as TRL computes its batch's ``ref_per_token_logps``."""
-        input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
-        attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
-        return reference_logps(self._trainer, input_ids, attention_mask, chunk["completion_ids"].size(1))
+        return reference_logps(self._trainer, *_forward_inputs(chunk))
 
     def vllm_is_ratio(
         self,
@@ -318,11 +314,7 @@ class RolloutService:
         if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
             return None
         if temperature is not None and temperature != trainer.temperature:
-            input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
-            attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
-            old_logps = policy_logps_at_temperature(
-                trainer, input_ids, attention_mask, chunk["completion_ids"].size(1), temperature=temperature
-            )
+            old_logps = policy_logps_at_temperature(trainer, *_forward_inputs(chunk), temperature=temperature)
         return vllm_importance_sampling_ratio(
             old_logps,
             sampling_logps,
@@ -354,6 +346,13 @@ TOKEN_LEVEL_PADS = {
     "ref_per_token_logps": 0,
     "sampling_per_token_logps": 0,
 }
+
+
+def _forward_inputs(chunk: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A chunk's (b, p + t) input ids and attention mask and its completion width t (TRL's log-prob arguments)."""
+    input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+    attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+    return input_ids, attention_mask, chunk["completion_ids"].size(1)
 
 
 def _round_up(width: int, multiple: int | None) -> int:
