@@ -5,6 +5,7 @@ Notation: a "sequence" is a list of tokens (ints or strings); a string is taken 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from math import comb
 from typing import NamedTuple
@@ -380,3 +381,39 @@ def _self_bleu(mask: torch.Tensor, log_precision: torch.Tensor, group_size: int,
     bleu = brevity * torch.exp(log_precision / max_n)
     scored = lengths > 0
     return float(bleu[scored].mean()) if scored.any() else 0.0
+
+
+def prompt_information(ids: torch.Tensor, mask: torch.Tensor, group_size: int, *, n: int = 2) -> float:
+    """How much a batch's completions say about their prompts: the mutual information I(X; P), in nats, between an
+    n-gram X drawn from the batch's valid n-grams and the group (prompt) P it came from.
+
+    I(X; P) = H(X) - H(X | P), entropies of the n-gram counts over the batch and within each group (groups weighted
+    by their n-gram counts); 0 <= I <= log(groups). A run that learns its task raises it (each prompt's completions
+    agree on their own answer: H(X | P) falls); a reward hack that pays for what does not depend on the prompt lowers
+    it, by filling completions with the same text whatever the prompt (a keyword, a template: the shared n-grams
+    dilute it) or by answering different prompts alike (H(X) falls). It is the detector's "prompt information"
+    signal (:func:`trl_grpo_ext.core.hack_detection.drift_alarm`, docs/monitoring.md). 0.0 for a batch without n-grams.
+
+    Shapes: ``ids``, ``mask`` (N, T), N a multiple of ``group_size``, consecutive rows a group.
+    """
+    _check_n("prompt_information", "n", n)
+    _check_groups("prompt_information", ids.size(0), group_size)
+    _check_ids("prompt_information", ids)
+    codes, valid = ngram_codes(ids, mask, n)  # (N, W) twice
+    groups = (torch.arange(ids.size(0), device=ids.device) // group_size).unsqueeze(1).expand_as(codes)  # (N, W)
+    codes, groups = codes[valid], groups[valid]  # (M,)
+    total = codes.numel()
+    if total == 0:
+        return 0.0
+
+    def entropy_sum(counts: torch.Tensor) -> torch.Tensor:  # sum c log c over the counts
+        counts = counts.double()
+        return (counts * counts.log()).sum()
+
+    _, code_counts = torch.unique(codes, return_counts=True)  # (distinct n-grams,)
+    _, joint_counts = torch.unique(torch.stack([groups, codes]), dim=1, return_counts=True)  # (distinct pairs,)
+    group_counts = torch.bincount(groups)  # (P,)
+    # H(X) = log M - sum c log c / M; H(X|P) = sum_g (M_g/M) H_g = (sum_g M_g log M_g - sum c_gx log c_gx) / M
+    h_x = math.log(total) - float(entropy_sum(code_counts)) / total
+    h_x_given_p = (float(entropy_sum(group_counts[group_counts > 0])) - float(entropy_sum(joint_counts))) / total
+    return max(h_x - h_x_given_p, 0.0)

@@ -1,0 +1,136 @@
+"""A gold-free reward-hack detector: drift of the completions' shape away from the run's healthiest point.
+
+Notation:
+    T: measurements of one signal so far (one per training generation batch; a step that reuses its batch adds
+        none); x_t their values, s_t the optimizer steps they were measured at.
+    m_t: the trailing mean of the last ``window`` values (fewer at the start).
+    d: +1 when the signal rises under a hack (completion length, repetition), -1 when it falls (prompt information).
+
+The rule (docs/monitoring.md, "The hack detector"): a reward hack is a behaviour the reward pays for that does not
+serve the task, spreading through the batch; while it spreads, the completions' *shape* moves the way learning the
+task does not move it. Learning the task makes completions agree on each prompt's answer and drop what the prompt did
+not ask for: lengths settle or shrink, nothing repeats, and the completions say more about their prompts. A hack makes
+them longer (padding, a keyword, a template), more repetitive, or less about the prompt (shared text, or different
+prompts answered alike: :func:`trl_grpo_ext.core.diversity.prompt_information`). For each such signal the detector
+tracks the run's best value of ``d * m_t`` so far (from ``warmup`` measurements on) and its drift from it,
+
+    drift_t = d * m_t - min_{warmup <= u <= t} d * m_u                 (absolute), or
+    drift_t = (d * m_t - min_u d * m_u) / |min_u d * m_u|             (relative),
+
+and alarms at the first measurement where a signal's drift reaches its threshold. The *onset* it reports is the step
+of that best value: the last point at which the run still moved the healthy way, where a rollback returns to.
+Signals that move the same way when a run learns (entropy and Distinct-N fall, KL to the reference grows) cannot tell
+learning from a hack, and are not used. The thresholds were chosen on validation runs (docs/results.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+
+@dataclass(frozen=True)
+class DriftRule:
+    """How one signal is read: ``direction`` +1 if it rises under a hack, -1 if it falls; ``threshold`` the drift
+    from its best value that alarms; ``relative``: drift as a fraction of the best value (else in the signal's
+    units)."""
+
+    direction: Literal[1, -1]
+    threshold: float
+    relative: bool
+
+
+@dataclass(frozen=True)
+class DriftAlarm:
+    """The detector's first alarm: the ``step`` it fired at, the ``onset`` step (the signal's best point before it),
+    the ``signal`` that fired and its ``drift`` there."""
+
+    step: int
+    onset: int
+    signal: str
+    drift: float
+
+
+def trailing_mean(values: torch.Tensor, *, window: int) -> torch.Tensor:
+    """Mean of the last ``window`` values at each point (of the first t + 1 values while t + 1 < window). (T,) ->
+    (T,), float64."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}.")
+    values = values.double()  # (T,)
+    sums = torch.cat([values.new_zeros(1), values.cumsum(0)])  # (T + 1,)
+    ends = torch.arange(1, values.numel() + 1)  # (T,)
+    starts = (ends - window).clamp(min=0)  # (T,)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def drift_from_best(
+    values: torch.Tensor, *, direction: int, window: int, warmup: int, relative: bool, floor: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The drift of a signal from its best point so far, and the index of that point.
+
+    ``values`` (T,): the signal's measurements in order. ``direction``: +1 if a hack raises it, -1 if it lowers it.
+    The best point is the smallest ``direction * trailing_mean`` from index ``warmup - 1`` on (the first trailing mean
+    that averages ``warmup`` measurements, or all of them); before it the drift is 0 and the best index is the point
+    itself. ``relative``: divide by the best value's magnitude (at least ``floor``). Returns ``(drift (T,), best (T,)
+    long)``.
+    """
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction}.")
+    if warmup < 1:
+        raise ValueError(f"warmup must be >= 1, got {warmup}.")
+    count = values.numel()
+    drift = torch.zeros(count, dtype=torch.float64)  # (T,)
+    best = torch.arange(count)  # (T,)
+    first = warmup - 1
+    if count <= first:
+        return drift, best
+    shaped = direction * trailing_mean(values, window=window)[first:]  # (T - first,)
+    lowest, where = torch.cummin(shaped, dim=0)  # (T - first,) twice
+    gap = shaped - lowest
+    if relative:
+        gap = gap / lowest.abs().clamp(min=floor)
+    drift[first:] = gap
+    best[first:] = where + first
+    return drift, best
+
+
+def drift_alarm(
+    series: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    rules: Mapping[str, DriftRule],
+    *,
+    window: int,
+    warmup: int,
+) -> DriftAlarm | None:
+    """The first alarm over several signals, or None.
+
+    ``series``: signal name -> (steps (T,), values (T,)) of its measurements, steps increasing; a signal without a
+    rule is ignored, a rule without a series waits. Each signal is read by :func:`drift_from_best`; the alarm is the
+    earliest step at which any signal's drift reaches its rule's threshold (ties: the signal first in ``rules``).
+    Non-finite values are refused (the caller skips them before they reach a series).
+    """
+    found: DriftAlarm | None = None
+    for name, rule in rules.items():
+        if name not in series:
+            continue
+        steps, values = series[name]
+        if steps.numel() != values.numel():
+            raise ValueError(f"series {name!r}: {steps.numel()} steps but {values.numel()} values.")
+        if values.numel() and not bool(torch.isfinite(values).all()):
+            raise ValueError(f"series {name!r} holds a non-finite value; skip those before they reach the detector.")
+        drift, best = drift_from_best(
+            values, direction=rule.direction, window=window, warmup=warmup, relative=rule.relative
+        )
+        hits = (drift >= rule.threshold).nonzero()
+        if not hits.numel():
+            continue
+        index = int(hits[0])
+        step = int(steps[index])
+        if found is None or step < found.step:
+            found = DriftAlarm(step=step, onset=int(steps[best[index]]), signal=name, drift=float(drift[index]))
+    return found
+
+
+__all__ = ["DriftAlarm", "DriftRule", "drift_alarm", "drift_from_best", "trailing_mean"]
