@@ -26,23 +26,29 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import logging
 import math
+import os
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from transformers import TrainerCallback
 
-from .core.diversity import batch_diversity, repetition_rates
+from . import trl_compat
+from .core.diversity import batch_diversity, prompt_information, repetition_rates
 from .core.state import state_number
+from .detector import CollapseEvent, HackDetector, rollback_checkpoint
 from .names import ALARM_ACTIONS, DIVERSITY_METRICS
 
 logger = logging.getLogger(__name__)
 
 METRICS = DIVERSITY_METRICS
 ACTIONS = ALARM_ACTIONS
+#: What a rollback restored, written to ``output_dir`` by the main process.
+ROLLBACK_FILE = "collapse_rollback.json"
 
 
 def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4)) -> tuple[str, ...]:
@@ -58,9 +64,11 @@ def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4)) -> tuple[str,
         keys.append("diversity/repetition")
     if "unique" in metrics:
         keys.append("diversity/unique_frac")
+    if "prompt_info" in metrics:
+        keys.append("diversity/prompt_info")
     if "entropy" in metrics:
         keys += ["entropy/mean", "entropy/p10", "entropy/p50", "entropy/p90", "entropy/low_frac"]
-    return (*keys, "alarm/collapse")
+    return (*keys, "alarm/collapse", "alarm/hack", "alarm/hack_score")
 
 
 class ExtClock:
@@ -143,6 +151,15 @@ class PlainTRLSource:
     def log_column(self, name: str, values: list) -> None:
         self.trainer._logs["extra"][name].extend(values)
 
+    def metric_values(self, mode: str, name: str) -> list:
+        return trl_compat.metric_values(self.trainer, mode, name)
+
+    def save_checkpoint(self) -> None:
+        trl_compat.save_checkpoint(self.trainer)
+
+    def restore_checkpoint(self, folder: str) -> None:
+        trl_compat.restore_checkpoint(self.trainer, folder)
+
     def completion_batch(self):
         """(ids, mask, group size) of the newest training completions of TRL's table, re-tokenised; None when there
         are none new (a step that reuses its generation batch, or an evaluation's completions)."""
@@ -177,7 +194,9 @@ class CollapseMonitor(TrainerCallback):
     Args:
         trainer: the GRPO trainer to watch.
         metrics: any of "distinct" (Distinct-1..4 over the batch and mean within groups), "self_bleu", "repetition"
-            (repeated n-grams inside one completion), "unique" (distinct completions per group), "entropy".
+            (repeated n-grams inside one completion), "unique" (distinct completions per group), "prompt_info" (the
+            mutual information between a bigram of the batch and its prompt: what the completions say about their
+            prompts, :func:`~trl_grpo_ext.core.diversity.prompt_information`), "entropy".
         ngram_sizes: n of the Distinct-N metrics.
         repetition_n: n of the repetition metric.
         low_entropy_threshold: tokens with entropy below it count as "low" (``entropy/low_frac``).
@@ -185,7 +204,15 @@ class CollapseMonitor(TrainerCallback):
         alarm_entropy_min: alarm when the mean token entropy falls below it.
         alarm_distinct2_drop: alarm when batch Distinct-2 falls below (1 - drop) x its first measured value.
         alarm_repetition_max: alarm when the mean repetition rate exceeds it.
-        alarm_action: "warn" (log), "save" (also save a checkpoint) or "stop" (also stop training).
+        alarm_action: what an alarm does besides logging: "warn", "save" (a checkpoint), "stop" (a checkpoint, then
+            training ends) or "rollback" (training ends; at its end the weights, optimizer, scheduler and extension
+            state are restored from the last checkpoint saved at or before the alarm's onset; ``checkpoint-0`` is
+            saved when training starts so there is always one). Stop and rollback act on the first alarm.
+        detector: the gold-free hack detector (:class:`~trl_grpo_ext.detector.HackDetector`), fed each step's
+            ``completions/mean_length`` (TRL's) and the monitor's diversity; logs ``alarm/hack`` (1.0 at the step it
+            fires) and ``alarm/hack_score`` (the largest drift over its threshold: 1.0 fires).
+        on_alarm: a callable given each alarm's :class:`~trl_grpo_ext.detector.CollapseEvent`; it may return one of
+            the actions for this alarm (None: ``alarm_action``). Settable later: ``monitor.on_alarm = fn``.
         every: measure the n-gram metrics and the entropy percentiles at steps 1, 1 + every, 1 + 2 * every, ...
             only (``diversity_every``); the entropy mean and low fraction, and evaluation batches, every time.
     """
@@ -203,6 +230,8 @@ class CollapseMonitor(TrainerCallback):
         alarm_distinct2_drop: float | None = None,
         alarm_repetition_max: float | None = None,
         alarm_action: str = "warn",
+        detector: HackDetector | None = None,
+        on_alarm: Callable[[CollapseEvent], str | None] | None = None,
         every: int = 1,
     ):
         unknown = set(metrics) - set(METRICS)
@@ -223,6 +252,13 @@ class CollapseMonitor(TrainerCallback):
         self.alarm_distinct2_drop = alarm_distinct2_drop
         self.alarm_repetition_max = alarm_repetition_max
         self.alarm_action = alarm_action
+        self.detector = detector
+        self.on_alarm = on_alarm
+        #: the first alarm (threshold or detector) and, after a rollback, what was restored
+        self.event: CollapseEvent | None = None
+        self.rollback: dict | None = None
+        self._rollback_event: CollapseEvent | None = None
+        self._metric_seen: dict[str, tuple[int, int]] = {}
         self.every = every
         self.baseline_distinct2: float | None = None
         self.last: dict[str, float] = {}
@@ -323,6 +359,9 @@ class CollapseMonitor(TrainerCallback):
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        if self._rollback_event is not None and self.rollback is None:
+            with _clock(self.source):
+                self._roll_back(args, state)
         return control
 
     def on_evaluate(self, args, state, control, **kwargs):
@@ -346,6 +385,8 @@ class CollapseMonitor(TrainerCallback):
             unique="unique" in self.metrics,
         )
         out = {f"diversity/{key}": value for key, value in values.items() if key != "repetition"}
+        if "prompt_info" in self.metrics:
+            out["diversity/prompt_info"] = prompt_information(ids, mask, group_size, n=2)
         if "repetition" in self.metrics:
             per_completion = repetition if repetition is not None else values["repetition"]
             out["diversity/repetition"] = float(per_completion.mean())
@@ -356,7 +397,7 @@ class CollapseMonitor(TrainerCallback):
         return out
 
     # ------------------------------------------------------------------ alarm
-    def _check_alarm(self, values: dict[str, float], step: int, control) -> None:
+    def _threshold_reasons(self, values: dict[str, float]) -> list[str]:
         reasons = []
         entropy = values.get("entropy/mean")
         if self.alarm_entropy_min is not None and entropy is not None and entropy < self.alarm_entropy_min:
@@ -371,23 +412,100 @@ class CollapseMonitor(TrainerCallback):
         rep = values.get("diversity/repetition")
         if self.alarm_repetition_max is not None and rep is not None and rep > self.alarm_repetition_max:
             reasons.append(f"repetition {rep:.4f} > {self.alarm_repetition_max}")
-        values["alarm/collapse"] = 1.0 if reasons else 0.0
-        if not reasons:
-            return
-        self.alarms.append((step, reasons))
-        logger.warning("Collapse alarm at step %d: %s (action: %s).", step, "; ".join(reasons), self.alarm_action)
-        if self.alarm_action == "save":
+        return reasons
+
+    def _new_metric_values(self, name: str) -> list[float]:
+        """The values logged under ``name`` since this monitor last read them (the trainer clears its buffer at each
+        log, which starts a new list)."""
+        values = self.source.metric_values("train", name)
+        listed, seen = self._metric_seen.get(name, (0, 0))
+        start = seen if listed == id(values) else 0
+        self._metric_seen[name] = (id(values), len(values))
+        return [float(v) for v in values[start:] if math.isfinite(float(v))]
+
+    def _detect(self, values: dict[str, float], step: int) -> CollapseEvent | None:
+        """Feed the detector this step's measurements; log ``alarm/hack`` and ``alarm/hack_score``."""
+        inputs = dict(values)
+        lengths = self._new_metric_values("completions/mean_length")
+        if lengths:
+            inputs["completions/mean_length"] = statistics.fmean(lengths)
+        alarm = self.detector.observe(step, inputs)
+        score = self.detector.score()
+        if score is not None:
+            values["alarm/hack_score"] = score
+        values["alarm/hack"] = 1.0 if alarm is not None else 0.0
+        if alarm is None:
+            return None
+        why = f"{alarm.signal} drifted {alarm.drift:.3f} from its best point (step {alarm.onset})"
+        return CollapseEvent(step=step, onset=alarm.onset, source="detector", reasons=[why])
+
+    def _act(self, event: CollapseEvent, control) -> None:
+        first = self.event is None
+        if first:
+            self.event = event
+        action = self.alarm_action
+        if self.on_alarm is not None:
+            chosen = self.on_alarm(event)
+            if chosen is not None:
+                if chosen not in ACTIONS:
+                    raise ValueError(f"on_alarm returned {chosen!r}; return one of {list(ACTIONS)} or None.")
+                action = chosen
+        kind = "Hack detector" if event.source == "detector" else "Collapse alarm"
+        logger.warning("%s at step %d: %s (action: %s).", kind, event.step, "; ".join(event.reasons), action)
+        if action == "save":
             control.should_save = True
-        elif self.alarm_action == "stop":
+        elif action == "stop":
             control.should_save = True
             control.should_training_stop = True
+        elif action == "rollback":
+            control.should_training_stop = True
+            if self._rollback_event is None:
+                self._rollback_event = event
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # A rollback needs a checkpoint at or before any onset: the weights training starts from.
+        if self.alarm_action == "rollback" and state.global_step == 0:
+            with _clock(self.source):
+                self.source.save_checkpoint()
+        return control
+
+    def _roll_back(self, args, state) -> None:
+        event = self._rollback_event
+        found = rollback_checkpoint(args.output_dir, event.onset)
+        record: dict = {"alarm_step": event.step, "onset_step": event.onset, "source": event.source}
+        record["reasons"] = event.reasons
+        if found is None:
+            logger.error(
+                "Rollback: no checkpoint saved at or before step %d in %s; the weights stay those of step %d.",
+                event.onset, args.output_dir, state.global_step,
+            )  # fmt: skip
+            record.update(restored=None, checkpoint_step=None)
+        else:
+            step, folder = found
+            self.source.restore_checkpoint(folder)
+            logger.warning(
+                "Rollback: alarm at step %d (onset %d); restored weights, optimizer, scheduler and extension state "
+                "from %s (step %d).", event.step, event.onset, folder, step,
+            )  # fmt: skip
+            record.update(restored=folder, checkpoint_step=step)
+        self.rollback = record
+        if state.is_world_process_zero:
+            os.makedirs(args.output_dir, exist_ok=True)
+            with open(os.path.join(args.output_dir, ROLLBACK_FILE), "w") as f:
+                json.dump(record, f, indent=2)
 
     def state_dict(self) -> dict:
-        """What a resumed run needs: the Distinct-2 baseline of the alarm (saved by GRPOExtTrainer's checkpoints)."""
-        return {} if self.baseline_distinct2 is None else {"baseline_distinct2": self.baseline_distinct2}
+        """What a resumed run needs: the Distinct-2 baseline of the alarm and the detector's measurements (saved by
+        GRPOExtTrainer's checkpoints)."""
+        state: dict = {} if self.baseline_distinct2 is None else {"baseline_distinct2": self.baseline_distinct2}
+        if self.detector is not None:
+            state["detector"] = self.detector.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.baseline_distinct2 = state_number(state, "baseline_distinct2", low=0.0, high=1.0, optional=True)
+        if self.detector is not None and "detector" in state:
+            self.detector.load_state_dict(state["detector"])
 
     def on_step_end(self, args, state, control, **kwargs):
         with _clock(self.source):
@@ -407,9 +525,18 @@ class CollapseMonitor(TrainerCallback):
             values.update(self.diversity_metrics(ids, mask, group_size=group_size))
         if "entropy" in self.metrics:
             values.update(self._entropy_metrics(percentiles=measured))
+        event = self._detect(values, state.global_step) if self.detector is not None else None
         if not values:
             return control
-        self._check_alarm(values, state.global_step, control)
+        reasons = self._threshold_reasons(values)
+        values["alarm/collapse"] = 1.0 if reasons else 0.0
+        if reasons:
+            self.alarms.append((state.global_step, reasons))
+            event = event or CollapseEvent(step=state.global_step, onset=state.global_step, source="threshold")
+            if event.source == "threshold":
+                event.reasons = reasons
+        if event is not None:
+            self._act(event, control)
         self.last = values
         for key, value in values.items():
             if math.isfinite(value):

@@ -615,7 +615,7 @@ class MonitorConfig(ConfigSection):
 
         diversity_metrics (`list[str]`, *optional*, defaults to `[]`):
             Metrics of the `CollapseMonitor` callback: any of `distinct`, `self_bleu`, `repetition`, `unique`,
-            `entropy`. Empty: off.
+            `prompt_info` (what the completions say about their prompts, a detector signal), `entropy`. Empty: off.
         diversity_ngram_sizes (`list[int]`, *optional*, defaults to `[1, 2, 3, 4]`):
             n of the `diversity/distinct_n` metrics.
         diversity_repetition_n (`int`, *optional*, defaults to `3`):
@@ -634,8 +634,31 @@ class MonitorConfig(ConfigSection):
             Collapse alarm when Distinct-2 falls below (1 - drop) x its first value (e.g. 0.5).
         collapse_repetition_max (`float`, *optional*):
             Collapse alarm when the mean repetition rate exceeds it.
+        collapse_detector (`str`, *optional*, defaults to `"none"`):
+            `"drift"`: the gold-free hack detector (docs/monitoring.md): alarms (`alarm/hack`) when a signal of the
+            completions' shape drifts from its best value of the run the way a hack moves it and learning does not:
+            completion length up (`collapse_length_rise`), prompt information down (`collapse_prompt_info_drop`,
+            needs `prompt_info` in `diversity_metrics`), repetition up (`collapse_repetition_rise`, needs
+            `repetition`). `"none"`: off.
+        collapse_detector_window (`int`, *optional*, defaults to `3`):
+            Measurements (training generation batches) in each signal's trailing mean.
+        collapse_detector_warmup (`int`, *optional*, defaults to `3`):
+            Measurements before the detector tracks a signal's best value.
+        collapse_length_rise (`float`, *optional*, defaults to `0.2`):
+            Detector: alarm when the mean completion length rises this fraction above its lowest point. `None`: not
+            read.
+        collapse_prompt_info_drop (`float`, *optional*, defaults to `0.15`):
+            Detector: alarm when `diversity/prompt_info` falls this fraction below its highest point. `None`: not read.
+        collapse_repetition_rise (`float`, *optional*, defaults to `0.05`):
+            Detector: alarm when `diversity/repetition` rises this much (absolute) above its lowest point. `None`: not
+            read.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
-            What the alarm does besides logging `alarm/collapse`: `"warn"`, `"save"` (a checkpoint) or `"stop"`.
+            What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
+            `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (training
+            ends and the weights, optimizer, scheduler and extension state are restored from the last checkpoint
+            saved at or before the detector's onset step; needs `save_strategy="steps"`, and saves `checkpoint-0`
+            at the start; `output_dir/collapse_rollback.json` says what was restored). A callable
+            `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
         eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
             k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
             (`num_generations_eval` per prompt). Empty: off.
@@ -647,7 +670,10 @@ class MonitorConfig(ConfigSection):
 
     diversity_metrics: list[str] = field(
         default_factory=list,
-        metadata={"help": "CollapseMonitor metrics: distinct, self_bleu, repetition, unique, entropy (empty: off)."},
+        metadata={
+            "help": "CollapseMonitor metrics: distinct, self_bleu, repetition, unique, prompt_info, entropy "
+            "(empty: off)."
+        },
     )
     diversity_ngram_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 3, 4], metadata={"help": "n of the diversity/distinct_n metrics."}
@@ -669,8 +695,26 @@ class MonitorConfig(ConfigSection):
     collapse_repetition_max: float | None = field(
         default=None, metadata={"help": "Collapse alarm when the mean repetition rate exceeds it."}
     )
-    collapse_action: Literal["warn", "save", "stop"] = field(
-        default="warn", metadata={"help": "What the collapse alarm does besides logging: warn, save or stop."}
+    collapse_detector: Literal["none", "drift"] = field(
+        default="none", metadata={"help": "The gold-free hack detector (alarm/hack): drift or none."}
+    )
+    collapse_detector_window: int = field(
+        default=3, metadata={"help": "Detector: measurements in each signal's trailing mean."}
+    )
+    collapse_detector_warmup: int = field(
+        default=3, metadata={"help": "Detector: measurements before a signal's best value is tracked."}
+    )
+    collapse_length_rise: float | None = field(
+        default=0.2, metadata={"help": "Detector: relative rise of the mean completion length that alarms."}
+    )
+    collapse_prompt_info_drop: float | None = field(
+        default=0.15, metadata={"help": "Detector: relative fall of diversity/prompt_info that alarms."}
+    )
+    collapse_repetition_rise: float | None = field(
+        default=0.05, metadata={"help": "Detector: absolute rise of diversity/repetition that alarms."}
+    )
+    collapse_action: Literal["warn", "save", "stop", "rollback"] = field(
+        default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop or rollback."}
     )
     eval_pass_at_k: list[int] = field(
         default_factory=list, metadata={"help": "k values of pass@k logged at evaluation (empty: off)."}
@@ -707,6 +751,26 @@ class MonitorConfig(ConfigSection):
             "collapse_distinct2_drop": "distinct",
             "collapse_repetition_max": "repetition",
         }
+        if self.collapse_detector != "none":
+            if not self.diversity_metrics:
+                _fail(
+                    "collapse_detector",
+                    self.collapse_detector,
+                    "the detector runs in the collapse monitor, which diversity_metrics switches on",
+                    "set diversity_metrics=['repetition', 'prompt_info'] (or more)",
+                )
+            for name in ("collapse_detector_window", "collapse_detector_warmup"):
+                if getattr(self, name) < 1:
+                    _fail(name, getattr(self, name), "must be >= 1 (measurements)", f"e.g. {name}=3")
+            thresholds = ("collapse_length_rise", "collapse_prompt_info_drop", "collapse_repetition_rise")
+            if all(getattr(self, name) is None for name in thresholds):
+                _fail("collapse_detector", self.collapse_detector, "every signal's threshold is None", "set one")
+            for name in thresholds:
+                value = getattr(self, name)
+                if value is not None and not value > 0:
+                    _fail(name, value, "must be > 0 (a drift that alarms) or None", f"e.g. {name}=0.2")
+            needs.update(collapse_prompt_info_drop="prompt_info", collapse_repetition_rise="repetition")
+            alarms += (self.collapse_prompt_info_drop, self.collapse_repetition_rise)
         for (name, metric), value in zip(needs.items(), alarms, strict=True):
             if value is not None and metric not in self.diversity_metrics:
                 _fail(
@@ -855,6 +919,21 @@ class GRPOExtConfig(
                 "(advantages are reward - group mean), so it would do nothing",
                 "keep advantage_std='sample', or set scale_rewards='group' (or 'batch')",
             )
+        if self.collapse_action == "rollback" and self.save_strategy != "steps":
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                f"a rollback returns to a checkpoint saved before the alarm's onset, but save_strategy is "
+                f"{str(self.save_strategy)!r}",
+                "set save_strategy='steps' and save_steps (e.g. 25), or use collapse_action='stop'",
+            )
+        if self.collapse_action == "rollback" and not self.diversity_metrics:
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                "the collapse monitor that acts is off (diversity_metrics is empty)",
+                "set diversity_metrics and collapse_detector='drift' (or a collapse_* threshold)",
+            )
         # monitor: pass@k of the eval groups
         group = self.num_generations_eval or self.num_generations
         if self.eval_pass_at_k and max(self.eval_pass_at_k) > group:
@@ -881,8 +960,8 @@ class GRPOExtConfig(
             kind = _type_name(f.type)
             value = getattr(self, f.name)
             if kind in ("float", "int", "float|None", "int|None"):
-                # transformers' parser strips `| None` from field.type in place: a None default says it too.
-                if value is None and (kind.endswith("|None") or f.default is None):
+                # transformers' parser strips `| None` from field.type in place: the class annotations say it too.
+                if value is None and (kind.endswith("|None") or f.default is None or f.name in _optional_fields()):
                     continue
                 _check_number(f.name, value, integer=kind.startswith("int"))
             elif kind == "list[int]":
@@ -942,6 +1021,18 @@ def switch_names(switch: str) -> list[str]:
     """The valid values of a family switch: the built-in members its ``Literal`` lists and every name registered in
     its registry (``trl_grpo_ext.names``; a user's variant is there once registered)."""
     return sorted(set(_literal_fields()[switch]) | set(registry_for(switch).names()))
+
+
+@functools.cache
+def _optional_fields() -> frozenset[str]:
+    """Every section field whose annotation admits None (read from the annotations, which the argument parser leaves
+    alone)."""
+    return frozenset(
+        name
+        for section in SECTIONS
+        for name, hint in typing.get_type_hints(section).items()
+        if type(None) in typing.get_args(hint)
+    )
 
 
 @functools.cache

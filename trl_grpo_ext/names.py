@@ -48,9 +48,9 @@ def pkpo_start_k(pkpo_k: int | None, num_generations: int) -> int:
 
 
 #: What ``diversity_metrics`` may list (``trl_grpo_ext.callbacks.CollapseMonitor``).
-DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "entropy")
+DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "prompt_info", "entropy")
 #: What the collapse alarm may do (``collapse_action``).
-ALARM_ACTIONS = ("warn", "save", "stop")
+ALARM_ACTIONS = ("warn", "save", "stop", "rollback")
 
 ADVANTAGE_ESTIMATORS: Registry = Registry("advantage_estimator", symbol="ADVANTAGE_ESTIMATORS")
 ADVANTAGE_WEIGHTINGS: Registry = Registry("advantage_weighting", symbol="ADVANTAGE_WEIGHTINGS")

@@ -40,6 +40,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from . import trl_compat
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
@@ -233,6 +234,15 @@ class TrainerHost:
 
     def add_callback(self, callback) -> None:
         self._trainer.add_callback(callback)
+
+    def metric_values(self, mode: str, name: str) -> list:
+        return trl_compat.metric_values(self._trainer, mode, name)
+
+    def save_checkpoint(self) -> None:
+        trl_compat.save_checkpoint(self._trainer)
+
+    def restore_checkpoint(self, folder: str) -> None:
+        trl_compat.restore_checkpoint(self._trainer, folder)
 
     @property
     def rollouts(self) -> RolloutService:

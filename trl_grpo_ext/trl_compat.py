@@ -221,6 +221,8 @@ TRL_SURFACE = (
     "_get_per_token_logps_and_entropies",
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
+    # transformers.Trainer methods a collapse rollback calls (trl_compat.restore_checkpoint)
+    "_load_from_checkpoint",
     # private methods and buffers it calls or edits
     "_dist",
     "_generate",
@@ -259,3 +261,32 @@ TRL_SURFACE = (
 )
 #: Set by GRPOTrainer only in some modes (vLLM), read with ``getattr(..., None)``.
 TRL_OPTIONAL_SURFACE = ("vllm_generation",)
+
+
+def metric_values(trainer, mode: str, name: str) -> list:
+    """The values TRL's ``GRPOTrainer`` buffered under ``name`` since its last log (``_metrics[mode][name]``, a list TRL
+    replaces at each log); an empty list when there are none."""
+    return trainer._metrics[mode].get(name, [])
+
+
+def save_checkpoint(trainer) -> None:
+    """Save a checkpoint of the trainer now (``transformers.Trainer._save_checkpoint``: weights, optimizer, scheduler,
+    RNG and trainer state, and a ``GRPOExtTrainer``'s extension state), at ``checkpoint-<global step>``. A collective
+    under DeepSpeed / FSDP: every process calls it."""
+    trainer._save_checkpoint(trainer.model_wrapped if trainer.model_wrapped is not None else trainer.model, trial=None)
+
+
+def restore_checkpoint(trainer, folder: str) -> None:
+    """Load a checkpoint's weights, optimizer and scheduler (and a ``GRPOExtTrainer``'s extension state) into the
+    running trainer, as ``transformers.Trainer`` (5.x) does when it resumes: DeepSpeed through its engine, FSDP into
+    the wrapped model, otherwise into the model. The trainer's state (global step, log history) is kept: the record
+    of what ran. A collective under DeepSpeed / FSDP: every process calls it."""
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        from transformers.integrations.deepspeed import deepspeed_load_checkpoint
+
+        deepspeed_load_checkpoint(trainer.model_wrapped, folder)
+    elif getattr(trainer, "is_fsdp_enabled", False):
+        trainer._load_from_checkpoint(folder, trainer.model_wrapped)
+    else:
+        trainer._load_from_checkpoint(folder)
+    trainer._load_optimizer_and_scheduler(folder)

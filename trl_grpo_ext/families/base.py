@@ -89,6 +89,16 @@ class Host(Protocol):
     def add_callback(self, callback) -> None:
         """Register a ``TrainerCallback`` (an observer that acts at step ends)."""
 
+    def metric_values(self, mode: str, name: str) -> list:
+        """The values logged under ``name`` (TRL's and the members') since the trainer's last log; [] if none."""
+
+    def save_checkpoint(self) -> None:
+        """Save a checkpoint now (``checkpoint-<global step>``, extension state included): every process calls it."""
+
+    def restore_checkpoint(self, folder: str) -> None:
+        """Load a checkpoint's weights, optimizer, scheduler and extension state into the running trainer (its state,
+        the record of the run, is kept): every process calls it."""
+
     def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
         """One greedy decode per (left-padded) prompt, decoded as TRL decodes completions."""
 
@@ -129,6 +139,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "ratio_clip": ("drop_ratio_clip",),  # switch TRL's PPO ratio clip off (KL-Cov without kl_cov_ppo_clip)
     "scoring_model": ("prepare_scoring_model", "reward_kwargs", "step_reward_funcs"),  # PRM step rewards
     "callbacks": ("add_callback",),  # act at step ends (the collapse monitor)
+    "checkpoints": ("save_checkpoint", "restore_checkpoint"),  # the collapse monitor's rollback
     "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
     "completions_table": ("log_advantages",),  # TRL's completions table (the trainer's own)
 }  # fmt: skip

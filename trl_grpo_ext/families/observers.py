@@ -13,6 +13,7 @@ import torch
 from ..callbacks import CollapseMonitor, monitor_metric_keys
 from ..core.diversity import pass_at_k
 from ..core.registry import Registry
+from ..detector import detector_from_config
 from .base import Extension, GenerationBatch, LossContext
 
 OBSERVERS: Registry[type[Extension]] = Registry("observer", symbol="OBSERVERS")
@@ -33,12 +34,18 @@ class CollapseObserver(Extension):
         "collapse_entropy_min",
         "collapse_distinct2_drop",
         "collapse_repetition_max",
+        "collapse_detector",
+        "collapse_detector_window",
+        "collapse_detector_warmup",
+        "collapse_length_rise",
+        "collapse_prompt_info_drop",
+        "collapse_repetition_rise",
         "collapse_action",
         "log_completions",
     )
 
     docs = "monitoring.md"
-    host_capabilities = ("callbacks",)
+    host_capabilities = ("callbacks", "checkpoints")
     #: Every key the monitor can log; an instance holds those its run logs (``diversity_metrics``,
     #: ``diversity_ngram_sizes``).
     metrics = monitor_metric_keys()
@@ -61,6 +68,7 @@ class CollapseObserver(Extension):
             alarm_distinct2_drop=args.collapse_distinct2_drop,
             alarm_repetition_max=args.collapse_repetition_max,
             alarm_action=args.collapse_action,
+            detector=detector_from_config(args),
             every=args.diversity_every,
         )
         host.add_callback(self.monitor)  # logs at step ends and acts on the alarm (save / stop)

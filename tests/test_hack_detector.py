@@ -1,0 +1,316 @@
+"""The gold-free hack detector: its core on hand-computed series, its running state, and the collapse actions (stop,
+rollback, a user's callable) in tiny runs of GRPOExtTrainer and of a plain trl.GRPOTrainer."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+import torch
+from conftest import TINY_ARGS, last_logs
+
+from trl_grpo_ext import testkit
+from trl_grpo_ext.core.diversity import prompt_information
+from trl_grpo_ext.core.hack_detection import DriftRule, drift_alarm, drift_from_best, trailing_mean
+from trl_grpo_ext.detector import CollapseEvent, HackDetector, rollback_checkpoint
+
+# ---------------------------------------------------------------------------------------------------------------- core
+
+
+def test_trailing_mean_by_hand():
+    values = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert trailing_mean(values, window=2).tolist() == [1.0, 1.5, 2.5, 3.5, 4.5]
+    assert trailing_mean(values, window=3).tolist() == [1.0, 1.5, 2.0, 3.0, 4.0]
+    assert trailing_mean(values, window=1).tolist() == values.tolist()
+    with pytest.raises(ValueError, match="window"):
+        trailing_mean(values, window=0)
+
+
+def test_drift_from_best_by_hand():
+    values = torch.tensor([3.0, 3.0, 2.0, 2.0, 3.0, 4.0])
+    drift, best = drift_from_best(values, direction=1, window=1, warmup=1, relative=True)
+    # running min 3 3 2 2 2 2 (ties: the latest); drift (x - min) / min
+    assert drift.tolist() == pytest.approx([0, 0, 0, 0, 0.5, 1.0])
+    assert best.tolist() == [0, 1, 2, 3, 3, 3]
+    absolute, _ = drift_from_best(values, direction=1, window=1, warmup=1, relative=False)
+    assert absolute.tolist() == pytest.approx([0, 0, 0, 0, 1.0, 2.0])
+    # direction -1: falls are the drift, from the running max
+    down, best = drift_from_best(torch.tensor([2.0, 4.0, 3.0, 1.0]), direction=-1, window=1, warmup=1, relative=True)
+    assert down.tolist() == pytest.approx([0, 0, 0.25, 0.75])
+    assert best.tolist() == [0, 1, 1, 1]
+    # warmup 3: the first two points are never the best, and have no drift
+    late, best = drift_from_best(torch.tensor([1.0, 1.0, 3.0, 6.0]), direction=1, window=1, warmup=3, relative=True)
+    assert late.tolist() == pytest.approx([0, 0, 0, 1.0])
+    assert best.tolist() == [0, 1, 2, 2]
+    # window 2: trailing means 1, 1, 2, 4.5 -> from index 1 on: min 1, drift (2 - 1) / 1, (4.5 - 1) / 1
+    smooth, _ = drift_from_best(torch.tensor([1.0, 1.0, 3.0, 6.0]), direction=1, window=2, warmup=2, relative=True)
+    assert smooth.tolist() == pytest.approx([0, 0, 1.0, 3.5])
+
+
+def test_drift_alarm_takes_the_earliest_signal_and_reports_its_onset():
+    rules = {
+        "up": DriftRule(direction=1, threshold=0.5, relative=True),
+        "down": DriftRule(direction=-1, threshold=0.2, relative=True),
+    }
+    series = {
+        "up": (torch.tensor([4, 8, 12, 16]), torch.tensor([2.0, 2.0, 2.5, 3.0])),  # drift 0.5 at step 16
+        "down": (torch.tensor([4, 8, 12, 16]), torch.tensor([1.0, 1.1, 0.85, 0.8])),  # (1.1 - .85) / 1.1 = .23 at 12
+    }
+    alarm = drift_alarm(series, rules, window=1, warmup=1)
+    assert (alarm.step, alarm.onset, alarm.signal) == (12, 8, "down")
+    assert alarm.drift == pytest.approx(0.25 / 1.1)
+    # without the falling signal, the rising one fires at 16 from its best at step 8 (ties: the latest)
+    alarm = drift_alarm({"up": series["up"]}, rules, window=1, warmup=1)
+    assert (alarm.step, alarm.onset, alarm.signal) == (16, 8, "up")
+    assert drift_alarm({"up": series["up"]}, {"up": DriftRule(1, 0.6, True)}, window=1, warmup=1) is None
+    assert drift_alarm({}, rules, window=1, warmup=1) is None  # nothing measured yet
+    with pytest.raises(ValueError, match="non-finite"):
+        drift_alarm({"up": (torch.tensor([1]), torch.tensor([math.nan]))}, rules, window=1, warmup=1)
+    with pytest.raises(ValueError, match="2 steps but 1 values"):
+        drift_alarm({"up": (torch.tensor([1, 2]), torch.tensor([1.0]))}, rules, window=1, warmup=1)
+
+
+def test_prompt_information_by_hand():
+    mask = torch.ones(4, 3, dtype=torch.long)
+    # each group one answer, the two answers share no bigram: I = H(X) = log 2
+    apart = torch.tensor([[1, 2, 3], [1, 2, 3], [4, 5, 6], [4, 5, 6]])
+    assert prompt_information(apart, mask, 2) == pytest.approx(math.log(2))
+    # every completion the same: nothing about the prompt
+    assert prompt_information(torch.tensor([[1, 2, 3]] * 4), mask, 2) == pytest.approx(0.0)
+    # half of each completion shared by both groups (bigrams (1,2) twice per row... by hand):
+    # group 0 bigrams: (7,8),(8,1) x2 rows; group 1: (7,8),(8,4) x2 rows -> X over 8 bigrams: (7,8) 4, (8,1) 2, (8,4) 2
+    shared = torch.tensor([[7, 8, 1], [7, 8, 1], [7, 8, 4], [7, 8, 4]])
+    h_x = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
+    h_x_given_p = math.log(2)  # each group: (7,8) and its own bigram, half each
+    assert prompt_information(shared, mask, 2) == pytest.approx(h_x - h_x_given_p)
+    # padding (mask 0) is not counted: the same rows padded give the same value
+    padded = torch.cat([apart, torch.zeros(4, 2, dtype=torch.long)], 1)
+    assert prompt_information(padded, torch.cat([mask, torch.zeros(4, 2, dtype=torch.long)], 1), 2) == pytest.approx(
+        math.log(2)
+    )
+    assert prompt_information(torch.zeros(4, 1, dtype=torch.long), torch.ones(4, 1), 2) == 0.0  # no bigram
+
+
+def test_detector_alarms_once_skips_repeats_and_round_trips_its_state():
+    detector = HackDetector({"length": 0.5}, window=1, warmup=1)
+    assert detector.observe(1, {"completions/mean_length": 4.0}) is None
+    assert detector.observe(1, {"completions/mean_length": 99.0}) is None  # step seen: skipped
+    assert detector.observe(2, {"completions/mean_length": math.nan, "other": 1.0}) is None
+    assert detector.score() == 0.0
+    saved = detector.state_dict()
+    alarm = detector.observe(3, {"completions/mean_length": 6.0})
+    assert (alarm.step, alarm.onset, alarm.signal, alarm.drift) == (3, 1, "length", 0.5)
+    assert detector.score() == pytest.approx(1.0)
+    assert detector.observe(4, {"completions/mean_length": 9.0}) is None  # fires once
+    resumed = HackDetector({"length": 0.5}, window=1, warmup=1)
+    resumed.load_state_dict(json.loads(json.dumps(saved)))
+    assert resumed.observe(3, {"completions/mean_length": 6.0}) == alarm
+    again = HackDetector({"length": 0.5}, window=1, warmup=1)
+    again.load_state_dict(json.loads(json.dumps(detector.state_dict())))
+    assert again.alarm == alarm
+    with pytest.raises(ValueError, match="Unknown detector signal"):
+        HackDetector({"gold": 0.1}, window=1, warmup=1)
+    with pytest.raises(ValueError, match="damaged"):
+        again.load_state_dict({"series": {"length": [[1, 2], [1.0]]}})
+
+
+def test_rollback_checkpoint_is_the_last_at_or_before_the_onset(tmp_path):
+    for step in (0, 10, 20, 30):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-25").mkdir()  # incomplete (no trainer_state.json): never chosen
+    assert rollback_checkpoint(str(tmp_path), 27) == (20, str(tmp_path / "checkpoint-20"))
+    assert rollback_checkpoint(str(tmp_path), 10)[0] == 10
+    assert rollback_checkpoint(str(tmp_path / "none"), 10) is None
+
+
+# ------------------------------------------------------------------------------------------------------------- config
+
+
+def test_config_refuses_what_cannot_work():
+    from trl_grpo_ext import GRPOExtConfig
+
+    base = dict(TINY_ARGS, output_dir="/tmp/unused")
+    with pytest.raises(ValueError, match="collapse_detector.*diversity_metrics"):
+        GRPOExtConfig(**base, collapse_detector="drift")
+    with pytest.raises(ValueError, match="collapse_prompt_info_drop.*add 'prompt_info'"):
+        GRPOExtConfig(**base, collapse_detector="drift", diversity_metrics=["repetition"])
+    with pytest.raises(ValueError, match="collapse_length_rise.*> 0"):
+        GRPOExtConfig(**base, collapse_detector="drift", diversity_metrics=["repetition", "prompt_info"],
+                      collapse_length_rise=0.0)  # fmt: skip
+    with pytest.raises(ValueError, match="collapse_action.*save_strategy='steps'"):
+        GRPOExtConfig(**base, collapse_action="rollback", diversity_metrics=["repetition"])
+    # the signals the user leaves out are not needed
+    GRPOExtConfig(
+        **base, collapse_detector="drift", diversity_metrics=["entropy"], collapse_prompt_info_drop=None,
+        collapse_repetition_rise=None,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------- training
+
+
+def fixed_text_reward(completions, **kwargs) -> list[float]:
+    """A hack to find: pays for writing '7' whatever the prompt (the completions stop depending on their prompts)."""
+    return [testkit._text(c).count("7") / 4 for c in completions]
+
+
+HACK = dict(
+    per_device_train_batch_size=16,
+    num_generations=4,
+    max_completion_length=8,
+    max_steps=16,
+    learning_rate=3e-2,
+    diversity_metrics=["repetition", "prompt_info"],
+    collapse_detector="drift",
+)
+
+
+def hack_step(trainer) -> int | None:
+    fired = [h["step"] for h in last_logs(trainer) if h.get("alarm/hack") == 1.0]
+    return fired[0] if fired else None
+
+
+@pytest.mark.slow
+def test_detector_fires_on_a_hack_and_not_on_a_healthy_run(make_trainer):
+    hacked = make_trainer(reward_funcs=[fixed_text_reward], **HACK)
+    hacked.train()
+    event = hacked.collapse_monitor.event
+    assert event is not None and event.source == "detector" and event.onset < event.step
+    assert hack_step(hacked) == event.step
+    assert all("alarm/hack_score" in h for h in last_logs(hacked) if "diversity/prompt_info" in h)
+    assert hacked.state.global_step == 16  # warn: training goes on
+    healthy = make_trainer(reward_funcs=[testkit.exact_match_reward], **{**HACK, "learning_rate": 1e-4})
+    healthy.train()
+    assert healthy.collapse_monitor.event is None and hack_step(healthy) is None
+
+
+@pytest.mark.slow
+def test_stop_ends_training_at_the_alarm_with_a_checkpoint(make_trainer, tmp_path):
+    trainer = make_trainer(reward_funcs=[fixed_text_reward], collapse_action="stop", **HACK)
+    trainer.train()
+    step = trainer.collapse_monitor.event.step
+    assert trainer.state.global_step == step < 16
+    assert os.path.isdir(os.path.join(trainer.args.output_dir, f"checkpoint-{step}"))
+
+
+@pytest.mark.slow
+def test_rollback_restores_the_checkpoint_before_the_onset(make_trainer):
+    from safetensors.torch import load_file
+
+    trainer = make_trainer(
+        reward_funcs=[fixed_text_reward], collapse_action="rollback", save_strategy="steps", save_steps=2, **HACK
+    )
+    trainer.train()
+    monitor = trainer.collapse_monitor
+    event, record = monitor.event, monitor.rollback
+    assert trainer.state.global_step == event.step < 16  # training ended at the alarm
+    assert record["checkpoint_step"] == max(s for s in range(0, event.step + 1, 2) if s <= event.onset)
+    out = trainer.args.output_dir
+    assert json.load(open(os.path.join(out, "collapse_rollback.json"))) == record
+    assert os.path.isdir(os.path.join(out, "checkpoint-0"))  # saved at the start
+    saved = load_file(os.path.join(record["restored"], "model.safetensors"))
+    live = trainer.model.state_dict()
+    assert all(torch.equal(live[name], tensor) for name, tensor in saved.items())
+    # the optimizer and scheduler are the checkpoint's too
+    scheduler = torch.load(os.path.join(record["restored"], "scheduler.pt"), weights_only=False)
+    assert trainer.lr_scheduler.state_dict()["last_epoch"] == scheduler["last_epoch"] == record["checkpoint_step"]
+    optimizer = torch.load(os.path.join(record["restored"], "optimizer.pt"), weights_only=False)
+    steps = {s["step"].item() for s in trainer.optimizer.state_dict()["state"].values()}
+    assert steps == {s["step"].item() for s in optimizer["state"].values()} or record["checkpoint_step"] == 0
+
+
+@pytest.mark.slow
+def test_on_alarm_callable_chooses_the_action(make_trainer):
+    trainer = make_trainer(reward_funcs=[fixed_text_reward], **HACK)
+    seen: list[CollapseEvent] = []
+    trainer.collapse_monitor.on_alarm = lambda event: seen.append(event) or "stop"
+    trainer.train()
+    assert seen and trainer.state.global_step == seen[0].step < 16
+    bad = make_trainer(reward_funcs=[fixed_text_reward], **HACK)
+    bad.collapse_monitor.on_alarm = lambda event: "explode"
+    with pytest.raises(ValueError, match="on_alarm returned 'explode'"):
+        bad.train()
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_detectors_measurements(make_trainer, tmp_path):
+    """The detector's measurements are in the checkpoint: a run resumed at step 4 judges steps 5.. against the best
+    point of steps 1..4 (a fresh detector would start its warm-up again and alarm later or never)."""
+    cut = make_trainer(
+        reward_funcs=[fixed_text_reward], save_strategy="steps", save_steps=4, output_dir=str(tmp_path / "cut"),
+        **{**HACK, "max_steps": 4},
+    )  # fmt: skip
+    cut.train()
+    before = {name: (list(s), list(v)) for name, (s, v) in cut.collapse_monitor.detector.series.items()}
+    assert before["prompt_info"][0] == [1, 2, 3, 4]
+    resumed = make_trainer(reward_funcs=[fixed_text_reward], output_dir=str(tmp_path / "cut"), **HACK)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-4"))
+    steps, values = resumed.collapse_monitor.detector.series["prompt_info"]
+    assert steps[:4] == [1, 2, 3, 4] and values[:4] == before["prompt_info"][1]
+    assert steps[4:] == list(range(5, 5 + len(steps) - 4))
+    assert resumed.collapse_monitor.event is not None and resumed.collapse_monitor.event.step > 4
+
+
+@pytest.mark.slow
+def test_plain_trl_detector_alarms_where_the_plugin_does(make_trainer):
+    """All families off, the plugin trains exactly as trl.GRPOTrainer: the detector on the length signal (TRL's own
+    metric in both) fires at the same step and onset, and a plain-TRL rollback restores the same checkpoint."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    def long_reward(completions, **kwargs):
+        return [len(testkit._text(c)) / 16 for c in completions]
+
+    settings = {**HACK, "max_completion_length": 16, "diversity_metrics": ["repetition"]}
+    settings.update(collapse_prompt_info_drop=None, collapse_repetition_rise=None, collapse_length_rise=0.05)
+    plugin = make_trainer(reward_funcs=[long_reward], **settings)
+    plugin.train()
+    event = plugin.collapse_monitor.event
+    assert event is not None
+    trl_fields = {k: v for k, v in settings.items() if not k.startswith(("collapse_", "diversity_"))}
+    plain = make_trainer(
+        cls=GRPOTrainer, config_cls=GRPOConfig, reward_funcs=[long_reward], save_strategy="steps", save_steps=2,
+        **trl_fields,
+    )  # fmt: skip
+    monitor = CollapseMonitor(
+        plain, metrics=["repetition"], detector=HackDetector({"length": 0.05}, window=3, warmup=3),
+        alarm_action="rollback",
+    )  # fmt: skip
+    plain.add_callback(monitor)
+    plain.train()
+    assert (monitor.event.step, monitor.event.onset) == (event.step, event.onset)
+    assert plain.state.global_step == event.step
+    assert monitor.rollback["checkpoint_step"] == max(s for s in range(0, event.step + 1, 2) if s <= event.onset)
+
+
+@pytest.mark.slow
+def test_two_processes_alarm_and_roll_back_alike(tmp_path):
+    """torchrun, 2 processes: every rank sees the same alarm (the detector reads global values), stops at the same step
+    and restores the same checkpoint, under GRPOExtTrainer and under a plain trl.GRPOTrainer with the monitor."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import free_port
+
+    worker = Path(__file__).with_name("hack_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(worker), str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    for mode in ("plugin", "plain"):
+        ranks = result[mode]
+        assert ranks[0] == ranks[1], (mode, ranks)
+        view = ranks[0]
+        assert view["event"] is not None and view["event"][2] == "detector"
+        step, onset = view["event"][:2]
+        assert view["global_step"] == step < 16
+        assert view["checkpoint_step"] == max(s for s in range(0, step + 1, 2) if s <= onset)
+        assert view["equals_checkpoint"]

@@ -1,0 +1,179 @@
+"""The hack detector's running state and the collapse actions' bookkeeping (the collapse monitor owns both).
+
+:class:`HackDetector` keeps, for every signal, the measurements of the run so far and asks
+:func:`trl_grpo_ext.core.hack_detection.drift_alarm` after each new one; the same function replays a saved run
+(benchmarks/hack_study.py), so a run's online alarm and its replay agree. Its state (the measurements) is saved in
+checkpoints, so a resumed run alarms where an uninterrupted one does.
+
+:class:`CollapseEvent` is what an alarm hands to the action (``collapse_action`` or a user's ``on_alarm``), and
+:func:`rollback_checkpoint` picks the checkpoint a ``rollback`` returns to.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from .core.hack_detection import DriftAlarm, DriftRule, drift_alarm, drift_from_best
+
+#: signal -> (the metric it reads, its direction: +1 if a hack raises it, -1 if a hack lowers it, relative drift?)
+SIGNALS: dict[str, tuple[str, int, bool]] = {
+    "length": ("completions/mean_length", 1, True),
+    "prompt_info": ("diversity/prompt_info", -1, True),
+    "repetition": ("diversity/repetition", 1, False),
+}
+#: the diversity metric each signal needs the collapse monitor to compute (None: TRL logs it)
+SIGNAL_NEEDS = {"length": None, "prompt_info": "prompt_info", "repetition": "repetition"}
+
+
+class HackDetector:
+    """Per-signal measurements and the first alarm (:class:`~trl_grpo_ext.core.hack_detection.DriftAlarm`).
+
+    Args:
+        thresholds: signal name (:data:`SIGNALS`) -> drift that alarms (relative for ``length`` and ``prompt_info``,
+            absolute for ``repetition``); a signal left out is not read.
+        window: measurements in each trailing mean.
+        warmup: measurements before a best point is tracked.
+    """
+
+    def __init__(self, thresholds: Mapping[str, float], *, window: int, warmup: int):
+        unknown = sorted(set(thresholds) - set(SIGNALS))
+        if unknown:
+            raise ValueError(f"Unknown detector signal(s) {unknown}; choose from {sorted(SIGNALS)}.")
+        self.rules = {
+            name: DriftRule(direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2])
+            for name, value in thresholds.items()
+        }
+        self.window = window
+        self.warmup = warmup
+        self.series: dict[str, tuple[list[int], list[float]]] = {name: ([], []) for name in self.rules}
+        self.alarm: DriftAlarm | None = None
+
+    def observe(self, step: int, values: Mapping[str, float]) -> DriftAlarm | None:
+        """Add this step's measurements (metric key -> value; keys the detector does not read, and non-finite values,
+        are skipped) and return the alarm when it fires now (once per run)."""
+        for name in self.rules:
+            value = values.get(SIGNALS[name][0])
+            if value is None or not math.isfinite(value):
+                continue
+            steps, measured = self.series[name]
+            if steps and steps[-1] >= step:
+                continue  # a step measured twice (a resumed run replaying its last step) counts once
+            steps.append(int(step))
+            measured.append(float(value))
+        if self.alarm is not None:
+            return None
+        self.alarm = drift_alarm(self.tensors(), self.rules, window=self.window, warmup=self.warmup)
+        return self.alarm
+
+    def score(self) -> float | None:
+        """The largest drift over its threshold among the signals at their newest measurement (1.0 alarms); None
+        before any signal has one."""
+        scores = []
+        for name, (steps, values) in self.tensors().items():
+            if not steps.numel():
+                continue
+            rule = self.rules[name]
+            drift, _ = drift_from_best(
+                values, direction=rule.direction, window=self.window, warmup=self.warmup, relative=rule.relative
+            )
+            scores.append(float(drift[-1]) / rule.threshold)
+        return max(scores) if scores else None
+
+    def tensors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return {
+            name: (torch.tensor(steps, dtype=torch.long), torch.tensor(values, dtype=torch.float64))
+            for name, (steps, values) in self.series.items()
+        }
+
+    def state_dict(self) -> dict:
+        state: dict = {"series": {name: [list(s), list(v)] for name, (s, v) in self.series.items()}}
+        if self.alarm is not None:
+            state["alarm"] = vars(self.alarm).copy()
+        return state
+
+    def load_state_dict(self, state: Mapping) -> None:
+        series = state.get("series", {})
+        if not isinstance(series, Mapping):
+            raise ValueError(f"detector state: 'series' must be a mapping, got {type(series).__name__}.")
+        for name in self.rules:
+            steps, values = series.get(name, [[], []])
+            if len(steps) != len(values) or not all(math.isfinite(float(v)) for v in values):
+                raise ValueError(f"detector state: series {name!r} is damaged (lengths or non-finite values).")
+            self.series[name] = ([int(s) for s in steps], [float(v) for v in values])
+        alarm = state.get("alarm")
+        self.alarm = DriftAlarm(**alarm) if alarm else None
+
+
+#: signal -> the config field holding its threshold
+THRESHOLD_FIELDS = {
+    "length": "collapse_length_rise",
+    "prompt_info": "collapse_prompt_info_drop",
+    "repetition": "collapse_repetition_rise",
+}
+
+
+def detector_from_config(args) -> HackDetector | None:
+    """The detector ``collapse_detector`` asks for (None when it is ``"none"``): each signal whose threshold field is
+    set, ``collapse_detector_window``, ``collapse_detector_warmup``."""
+    if args.collapse_detector == "none":
+        return None
+    thresholds = {
+        name: getattr(args, field_name)
+        for name, field_name in THRESHOLD_FIELDS.items()
+        if getattr(args, field_name) is not None
+    }
+    return HackDetector(thresholds, window=args.collapse_detector_window, warmup=args.collapse_detector_warmup)
+
+
+@dataclass
+class CollapseEvent:
+    """One alarm, as an action sees it: the ``step`` it fired at, the ``onset`` step (the detector's; the alarm step
+    for the threshold alarm, which has none), which ``source`` fired (``"detector"`` or ``"threshold"``) and the
+    ``reasons`` in words."""
+
+    step: int
+    onset: int
+    source: str
+    reasons: list[str] = field(default_factory=list)
+
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def checkpoints(output_dir: str) -> dict[int, str]:
+    """The run's saved checkpoints: step -> folder (``checkpoint-<step>`` folders of ``output_dir``)."""
+    if not os.path.isdir(output_dir):
+        return {}
+    found = {}
+    for name in os.listdir(output_dir):
+        match = _CHECKPOINT.match(name)
+        path = os.path.join(output_dir, name)
+        if match and os.path.isfile(os.path.join(path, "trainer_state.json")):
+            found[int(match.group(1))] = path
+    return found
+
+
+def rollback_checkpoint(output_dir: str, onset: int) -> tuple[int, str] | None:
+    """The checkpoint a rollback returns to: the last one saved at or before ``onset``; None if there is none."""
+    before = {step: path for step, path in checkpoints(output_dir).items() if step <= onset}
+    if not before:
+        return None
+    step = max(before)
+    return step, before[step]
+
+
+__all__ = [
+    "SIGNALS",
+    "THRESHOLD_FIELDS",
+    "CollapseEvent",
+    "HackDetector",
+    "checkpoints",
+    "detector_from_config",
+    "rollback_checkpoint",
+]
