@@ -16,12 +16,14 @@ from .diversity import (
     distinct_n,
     distinct_n_batch,
     pass_at_k,
+    prompt_information,
     repetition_rate,
     repetition_rates,
     self_bleu,
     self_bleu_batch,
     unique_fraction,
 )
+from .hack_detection import DriftAlarm, DriftRule, drift_alarm, drift_from_best, trailing_mean
 from .kl_control import AdaptiveKLController, DiversityKLController
 from .pkpo import annealed_k, pass_at_k_weights
 from .prm import pad_steps, prm_step_advantages
@@ -49,7 +51,13 @@ __all__ = [
     "Collectives",
     "DiversityKLController",
     "Registry",
+    "DriftAlarm",
+    "DriftRule",
     "batch_diversity",
+    "drift_alarm",
+    "drift_from_best",
+    "prompt_information",
+    "trailing_mean",
     "clip_cov_mask",
     "distinct_n",
     "distinct_n_batch",
