@@ -277,3 +277,50 @@ def evaluate_multistep(model, tokenizer, problems, *, max_new_tokens: int = 20, 
         "distinct_2": distinct_n(token_rows, 2),
         "samples": [f"{p} -> {t!r}" for p, t in zip(prompts[:3], texts[:3])],
     }
+
+
+class GoldRecorder:
+    """The gold score of the completions a run trains on, step by step, kept aside: wraps a training reward function
+    so that each call also scores its completions with ``gold`` (never seen by the trainer, which gets the wrapped
+    function's rewards unchanged). ``per_step[step]``: the gold values of the completions generated at that optimizer
+    step (1-based; this process's share). Used to place gold's peak beside the hack detector's alarm (the default
+    run, benchmarks/hack_study.py).
+
+    Example:
+        >>> recorder = GoldRecorder(length_bias.gold_reward)
+        >>> trainer = GRPOExtTrainer(..., reward_funcs=[recorder.wrap(length_bias.proxy_reward)])
+        >>> trainer.train(); gold_peak(recorder.means())
+    """
+
+    def __init__(self, gold: Callable[..., list[float]]):
+        self.gold = gold
+        self.per_step: dict[int, list[float]] = {}
+
+    def wrap(self, reward: Callable) -> Callable:
+        def reward_func(completions, **kwargs):
+            state = kwargs.get("trainer_state")
+            step = state.global_step + 1 if state is not None else 1
+            self.per_step.setdefault(step, []).extend(float(g) for g in self.gold(completions, **kwargs))
+            return reward(completions, **kwargs)
+
+        reward_func.__name__ = getattr(reward, "__name__", "reward")
+        return reward_func
+
+    def means(self) -> dict[int, float]:
+        """step -> the mean gold of the completions generated at that step."""
+        return {step: statistics.fmean(values) for step, values in sorted(self.per_step.items()) if values}
+
+
+def gold_peak(means: dict[int, float], *, smooth: int = 5) -> tuple[int, float, int | None]:
+    """Gold's peak in a run's per-step gold (:meth:`GoldRecorder.means`): the centred mean over ``smooth`` measured
+    steps is taken first (one training batch is noisy), then its maximum. Returns (the peak's step, the smoothed gold
+    there, the first later step where the smoothed gold is under half of it, or None)."""
+    if not means:
+        raise ValueError("gold_peak needs at least one measured step.")
+    steps = sorted(means)
+    values = [means[s] for s in steps]
+    half = smooth // 2
+    smoothed = [statistics.fmean(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+    top = max(range(len(smoothed)), key=smoothed.__getitem__)
+    halving = next((steps[i] for i in range(top, len(smoothed)) if smoothed[i] < smoothed[top] / 2), None)
+    return steps[top], smoothed[top], halving

@@ -1,0 +1,332 @@
+"""The hack-detection study's report, from the runs benchmarks/hack_study.py saved (trains nothing).
+
+    python benchmarks/hack_report.py                 # the tables of docs/results.md, "Detecting a hack while it starts"
+    python benchmarks/hack_report.py --tune          # the choice of the detector's settings (validation prompts)
+    python benchmarks/hack_report.py --plot          # docs/images/hack_detection.png
+
+Definitions (docs/results.md says why):
+    - **gold's timeline**: the gold of each step's own training completions (a side computation the trainer never
+      sees), smoothed by a centred mean over :data:`SMOOTH` generation batches; its *peak* is the step of its
+      maximum, its *halving* the first later step where it is under half the peak.
+    - **hacked**: the run's held-out sampled gold at its last step is under half its best held-out checkpoint (every
+      25 steps and step 0), on the half the report is on (``validation`` while choosing, ``test`` for the report).
+    - **alarm**: the detector (:func:`trl_grpo_ext.core.hack_detection.drift_alarm`, replayed on the run's logged
+      signals: what the trainer computes online) or the old threshold alarm (repetition > 0.2 or Distinct-2 half its
+      start; logged by the run itself). Recall: hacked runs alarmed; false alarms: runs not hacked that alarmed.
+    - **rollback**: to the last checkpoint (every 25 steps, and step 0) at or before the detector's onset; its gold is
+      that checkpoint's held-out gold. Kept = rollback's gold / the run's best held-out gold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from trl_grpo_ext.core.hack_detection import DriftAlarm, DriftRule, drift_alarm  # noqa: E402
+from trl_grpo_ext.detector import SIGNALS  # noqa: E402
+from trl_grpo_ext.evaluation import gold_peak  # noqa: E402
+from trl_grpo_ext.stats import cluster_bootstrap  # noqa: E402
+
+TESTBEDS = ("length_bias", "keyword_bias", "round_bias")
+ARMS = ("vanilla", "tools", "clean")
+#: The testbeds the settings are chosen on (validation prompts); the third is held out while choosing.
+TUNED_ON = ("length_bias", "keyword_bias")
+#: Generation batches in gold's centred mean.
+SMOOTH = 5
+CHECKPOINT_EVERY = 25
+#: The grid the settings are chosen from.
+GRID = {
+    "window": (2, 3, 4),
+    "warmup": (2, 3, 5),
+    "length": (0.1, 0.15, 0.2, 0.3, None),
+    "prompt_info": (0.1, 0.15, 0.2, 0.3, None),
+    "repetition": (0.03, 0.05, 0.1, None),
+}
+
+
+def load(out: Path) -> dict[tuple[str, str], dict[tuple[int, int], dict]]:
+    runs: dict[tuple[str, str], dict[tuple[int, int], dict]] = {}
+    for path in sorted((out / "runs" / "hack").glob("*/*/w*-g*.json")):
+        run = json.loads(path.read_text())
+        runs.setdefault((run["testbed"], run["arm"]), {})[(run["warm_start"], run["seed"])] = run
+    return runs
+
+
+def series(run: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The detector's inputs of a run: signal -> (steps, values), as the trainer fed them."""
+    out = {}
+    for name, (key, _, _) in SIGNALS.items():
+        points = [(int(s), v[key]) for s, v in run["steps_log"].items() if key in v]
+        points.sort()
+        out[name] = (torch.tensor([p[0] for p in points]), torch.tensor([p[1] for p in points], dtype=torch.float64))
+    return out
+
+
+def replay(run: dict, settings: dict) -> DriftAlarm | None:
+    rules = {
+        name: DriftRule(direction=SIGNALS[name][1], threshold=settings[name], relative=SIGNALS[name][2])
+        for name in SIGNALS
+        if settings.get(name) is not None
+    }
+    if not rules:
+        return None
+    cached = run.setdefault("_series", series(run))
+    return drift_alarm(cached, rules, window=settings["window"], warmup=settings["warmup"])
+
+
+def peak_and_halving(run: dict) -> tuple[int, int | None]:
+    """Gold's peak and halving steps on the run's per-step training gold (:func:`trl_grpo_ext.evaluation.gold_peak`,
+    the function the default run prints with)."""
+    step, _, halving = gold_peak({int(s): v for s, v in run["train_gold"].items()}, smooth=SMOOTH)
+    return step, halving
+
+
+def heldout(run: dict, split: str) -> dict[int, float]:
+    return {int(s): r[split]["gold"] for s, r in run["heldout"].items()}
+
+
+def hacked(run: dict, split: str) -> bool:
+    gold = heldout(run, split)
+    return gold[max(gold)] < 0.5 * max(gold.values())
+
+
+def old_alarm(run: dict) -> int | None:
+    return run["old_alarm_steps"][0] if run["old_alarm_steps"] else None
+
+
+def rollback_gold(run: dict, onset: int, split: str) -> float:
+    gold = heldout(run, split)
+    return gold[max(s for s in gold if s <= onset and s % CHECKPOINT_EVERY == 0)]
+
+
+def judge(runs, settings: dict | None, split: str, testbeds=TESTBEDS) -> dict:
+    """Per testbed: the hacked runs, alarms, lags (alarm - peak, halving - alarm), false alarms. ``settings`` None:
+    the old alarm."""
+    out = {}
+    for testbed in testbeds:
+        hits, lags, leads, falses, total_clean = {}, [], [], {}, 0
+        for arm in ARMS:
+            for key, run in runs.get((testbed, arm), {}).items():
+                step = old_alarm(run) if settings is None else getattr(replay(run, settings), "step", None)
+                if hacked(run, split):
+                    if arm != "vanilla":
+                        continue  # a tool run that hacked: neither a hit nor a false alarm of interest here
+                    hits.setdefault(key[0], []).append(float(step is not None))
+                    if step is not None:
+                        peak, halving = peak_and_halving(run)
+                        lags.append(step - peak)
+                        if halving is not None:
+                            leads.append(halving - step)
+                else:
+                    total_clean += 1
+                    falses.setdefault(key[0], []).append(float(step is not None))
+        out[testbed] = {"hits": hits, "lags": lags, "leads": leads, "falses": falses, "clean_runs": total_clean}
+    return out
+
+
+def score(judged: dict) -> tuple:
+    """The choice's order: most hacked runs alarmed, with at most one false alarm in 12 runs per testbed; then the
+    smallest median |alarm - peak| (late alarms lose gold, early ones lose the rise a rollback keeps)."""
+    recall = sum(sum(sum(v) for v in j["hits"].values()) for j in judged.values())
+    false = [sum(sum(v) for v in j["falses"].values()) / max(j["clean_runs"], 1) for j in judged.values()]
+    lags = [abs(x) for j in judged.values() for x in j["lags"]]
+    ok = all(f <= 1 / 12 + 1e-9 for f in false)
+    return (ok, recall, -(statistics.median(lags) if lags else 1e9))
+
+
+def tune(runs) -> tuple[dict, list[str]]:
+    best, best_score = None, None
+    for values in itertools.product(*GRID.values()):
+        settings = dict(zip(GRID, values, strict=True))
+        if all(settings[s] is None for s in SIGNALS):
+            continue
+        result = score(judge(runs, settings, "validation", TUNED_ON))
+        if best_score is None or result > best_score:
+            best, best_score = settings, result
+    lines = [
+        f"Chosen on the validation prompts of {', '.join(TUNED_ON)} (vanilla and clean runs; "
+        f"{', '.join(t for t in TESTBEDS if t not in TUNED_ON)} held out) from {count_grid()} settings: {best} "
+        f"(false alarms within 1 in 12: {best_score[0]}; hacked runs alarmed: {best_score[1]}; median |alarm - peak| "
+        f"{-best_score[2]:.0f} steps).",
+    ]
+    return best, lines
+
+
+def count_grid() -> int:
+    return sum(1 for v in itertools.product(*GRID.values()) if any(x is not None for x in v[2:]))
+
+
+def rate_line(per_warm_start: dict) -> str:
+    flat = [x for v in per_warm_start.values() for x in v]
+    if not flat:
+        return "-"
+    interval = cluster_bootstrap(per_warm_start) if len(per_warm_start) > 1 else None
+    text = f"{int(sum(flat))}/{len(flat)}"
+    if interval is not None:
+        text += f" ({interval.mean:.2f} [{interval.low:.2f}, {interval.high:.2f}])"
+    return text
+
+
+def lag_line(values: list[int]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):+.0f} ({min(values):+d} to {max(values):+d})"
+
+
+def report(out: Path, settings: dict | None = None) -> str:
+    runs = load(out)
+    if settings is None:  # the shipped defaults are what is reported
+        settings = shipped_settings()
+    lines = [f"Detector settings: {settings}.", ""]
+    counts = {(t, a): len(v) for (t, a), v in runs.items()}
+    lines.append("Runs: " + ", ".join(f"{t}/{a} {n}" for (t, a), n in sorted(counts.items())) + ".")
+    lines.append("")
+    lines.append(
+        "| testbed | alarm | hacked vanilla runs alarmed (rate [95% CI]) | false alarms, runs not hacked "
+        "| alarm - gold's peak, steps: median (range) | gold's halving - alarm, steps: median (range) |"
+    )
+    lines.append("|---|---|---|---|---|---|")
+    for name, judged in (("detector", judge(runs, settings, "test")), ("old alarm", judge(runs, None, "test"))):
+        for testbed in TESTBEDS:
+            j = judged[testbed]
+            lines.append(
+                f"| {testbed} | {name} | {rate_line(j['hits'])} | {rate_line(j['falses'])} | {lag_line(j['lags'])} | "
+                f"{lag_line(j['leads'])} |"
+            )
+    lines += ["", *rollback_lines(runs, settings)]
+    return "\n".join(lines)
+
+
+def rollback_lines(runs, settings: dict) -> list[str]:
+    lines = [
+        "| testbed | vanilla, last | vanilla, best checkpoint (oracle) | vanilla + rollback | kept of the best: "
+        "median (min) | default tools, last | runs rolled back |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for testbed in TESTBEDS:
+        vanilla = runs.get((testbed, "vanilla"), {})
+        if not vanilla:
+            continue
+        last, best, rolled, kept, moved = [], [], [], [], 0
+        for run in vanilla.values():
+            gold = heldout(run, "test")
+            alarm = replay(run, settings)
+            end = gold[max(gold)]
+            final = rollback_gold(run, alarm.onset, "test") if alarm is not None else end
+            moved += alarm is not None
+            last.append(end)
+            best.append(max(gold.values()))
+            rolled.append(final)
+            kept.append(final / max(gold.values()))
+        tools = [heldout(r, "test") for r in runs.get((testbed, "tools"), {}).values()]
+        tools_last = f"{statistics.fmean(g[max(g)] for g in tools):.3f}" if tools else "-"
+        lines.append(
+            f"| {testbed} | {statistics.fmean(last):.3f} | {statistics.fmean(best):.3f} "
+            f"| {statistics.fmean(rolled):.3f} | {statistics.median(kept):.0%} ({min(kept):.0%}) | {tools_last} "
+            f"| {moved}/{len(vanilla)} |"
+        )
+    return lines
+
+
+def shipped_settings() -> dict:
+    """The detector's defaults as GRPOExtConfig declares them."""
+    import dataclasses
+
+    from trl_grpo_ext import GRPOExtConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
+    return {
+        "window": defaults["collapse_detector_window"],
+        "warmup": defaults["collapse_detector_warmup"],
+        "length": defaults["collapse_length_rise"],
+        "prompt_info": defaults["collapse_prompt_info_drop"],
+        "repetition": defaults["collapse_repetition_rise"],
+    }
+
+
+def plot(out: Path, settings: dict, path: Path) -> Path:
+    """Per testbed: every vanilla run's training gold (smoothed, over its peak) against steps from its peak, and where
+    each run's detector and old alarm fired."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = load(out)
+    fig, axes = plt.subplots(1, len(TESTBEDS), figsize=(4.2 * len(TESTBEDS), 3.3), squeeze=False)
+    for ax, testbed in zip(axes[0], TESTBEDS, strict=True):
+        for run in runs.get((testbed, "vanilla"), {}).values():
+            means = {int(s): v for s, v in run["train_gold"].items()}
+            steps = sorted(means)
+            peak, top, _ = gold_peak(means, smooth=SMOOTH)
+            half = SMOOTH // 2
+            values = [means[x] for x in steps]
+            smooth = [statistics.fmean(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+            ax.plot([x - peak for x in steps], [v / top for v in smooth], color="0.7", linewidth=0.8)
+            alarm = replay(run, settings)
+            if alarm is not None:
+                ax.plot([alarm.step - peak], [0.08], marker="v", color="tab:blue", linestyle="none")
+            if old_alarm(run) is not None:
+                ax.plot([old_alarm(run) - peak], [0.02], marker="^", color="tab:red", linestyle="none")
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.axhline(0.5, color="black", linewidth=0.5, linestyle=":")
+        ax.plot([], [], marker="v", color="tab:blue", linestyle="none", label="detector")
+        ax.plot([], [], marker="^", color="tab:red", linestyle="none", label="old alarm")
+        ax.set_title(f"{testbed}: vanilla runs")
+        ax.set_xlabel("steps from gold's peak")
+        ax.set_ylabel("training gold / its peak")
+        ax.set_xlim(-120, 200)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+START, END = "<!-- hack detection: benchmarks/hack_report.py --write -->", "<!-- /hack detection -->"
+
+
+def write(out: Path, text: str, results: Path) -> None:
+    """Replace the block between the markers of docs/results.md by ``text``."""
+    page = results.read_text()
+    if START not in page or END not in page:
+        raise SystemExit(f"{results} lacks the markers {START} ... {END}")
+    head, rest = page.split(START, 1)
+    _, tail = rest.split(END, 1)
+    results.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "evidence"))
+    parser.add_argument("--tune", action="store_true", help="choose the settings on validation, report with them")
+    parser.add_argument("--plot", action="store_true", help="write docs/images/hack_detection.png")
+    parser.add_argument("--write", action="store_true", help="rewrite the block of docs/results.md")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.tune:
+        settings, lines = tune(load(out))
+        print("\n".join(lines))
+        print(report(out, settings))
+        return
+    text = report(out)
+    if args.plot:
+        print(plot(out, shipped_settings(), ROOT / "docs" / "images" / "hack_detection.png"))
+    if args.write:
+        write(out, text, ROOT / "docs" / "results.md")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
