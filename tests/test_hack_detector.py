@@ -314,3 +314,35 @@ def test_two_processes_alarm_and_roll_back_alike(tmp_path):
         assert view["global_step"] == step < 16
         assert view["checkpoint_step"] == max(s for s in range(0, step + 1, 2) if s <= onset)
         assert view["equals_checkpoint"]
+
+
+@pytest.mark.slow
+def test_plain_trl_monitor_state_survives_a_resume(make_trainer, tmp_path):
+    """A plain trl.GRPOTrainer's monitor writes its state into each checkpoint and reads it back on resume: the
+    detector keeps the measurements of the steps before the checkpoint."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext.callbacks import MONITOR_STATE_FILE, CollapseMonitor
+
+    trl_fields = {k: v for k, v in HACK.items() if not k.startswith(("collapse_", "diversity_"))}
+
+    def build(max_steps):
+        trainer = make_trainer(
+            cls=GRPOTrainer, config_cls=GRPOConfig, reward_funcs=[fixed_text_reward], save_strategy="steps",
+            save_steps=4, output_dir=str(tmp_path / "plain"), **{**trl_fields, "max_steps": max_steps},
+        )  # fmt: skip
+        monitor = CollapseMonitor(
+            trainer, metrics=["repetition", "prompt_info"], detector=HackDetector({"prompt_info": 0.15}, window=3,
+            warmup=3),
+        )  # fmt: skip
+        trainer.add_callback(monitor)
+        return trainer, monitor
+
+    cut, cut_monitor = build(4)
+    cut.train()
+    assert (tmp_path / "plain" / "checkpoint-4" / MONITOR_STATE_FILE).is_file()
+    before = list(cut_monitor.detector.series["prompt_info"][1])
+    resumed, monitor = build(HACK["max_steps"])
+    resumed.train(resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-4"))
+    steps, values = monitor.detector.series["prompt_info"]
+    assert steps[:4] == [1, 2, 3, 4] and values[:4] == before and steps[4] == 5

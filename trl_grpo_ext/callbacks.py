@@ -49,6 +49,8 @@ METRICS = DIVERSITY_METRICS
 ACTIONS = ALARM_ACTIONS
 #: What a rollback restored, written to ``output_dir`` by the main process.
 ROLLBACK_FILE = "collapse_rollback.json"
+#: The monitor's state in a plain trainer's checkpoints (GRPOExtTrainer keeps it with its extensions' state).
+MONITOR_STATE_FILE = "collapse_monitor.json"
 
 
 def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4)) -> tuple[str, ...]:
@@ -463,11 +465,34 @@ class CollapseMonitor(TrainerCallback):
                 self._rollback_event = event
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if not self.fed_by_trainer and state.global_step > 0:
+            self._load_plain_state(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
         # A rollback needs a checkpoint at or before any onset: the weights training starts from.
         if self.alarm_action == "rollback" and state.global_step == 0:
             with _clock(self.source):
                 self.source.save_checkpoint()
         return control
+
+    def on_save(self, args, state, control, **kwargs):
+        # GRPOExtTrainer saves the monitor's state with its extensions'; on a plain trainer the monitor writes it into
+        # the checkpoint itself, and reads it back when a run resumes from a checkpoint of its output_dir.
+        if not self.fed_by_trainer and state.is_world_process_zero:
+            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            if os.path.isdir(folder):
+                with open(os.path.join(folder, MONITOR_STATE_FILE), "w") as f:
+                    json.dump(self.state_dict(), f, allow_nan=False)
+        return control
+
+    def _load_plain_state(self, folder: str) -> None:
+        path = os.path.join(folder, MONITOR_STATE_FILE)
+        if not os.path.isfile(path):
+            logger.warning(
+                "Resumed at step %d without %s: the collapse monitor starts afresh (its baselines and the hack "
+                "detector's warm-up begin again).", self.source.global_step, path,
+            )  # fmt: skip
+            return
+        with open(path) as f:
+            self.load_state_dict(json.load(f))
 
     def _roll_back(self, args, state) -> None:
         event = self._rollback_event
