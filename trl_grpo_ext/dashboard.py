@@ -1,8 +1,8 @@
 """A saved wandb workspace for KL and diversity: ``python -m trl_grpo_ext.dashboard --entity E --project P``.
 
 Builds the workspace with ``wandb-workspaces`` (sections for KL control, entropy, diversity and the collapse alarm,
-token clipping and filtering, rewards, the plugin's own cost) and saves it to the project. ``--dry-run`` prints the
-workspace's spec as JSON without touching the network.
+the hack detector's alarm, score and signals, token clipping and filtering, rewards, the plugin's own cost) and saves
+it to the project. ``--dry-run`` prints the workspace's spec as JSON without touching the network.
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ def base_sections() -> dict[str, list[str]]:
         "KL": [trl["kl"], trl["clip_ratio/region_mean"]],
         "Entropy": [trl["entropy"], *(f"train/{k}" for k in monitor if k.startswith("entropy/"))],
         "Diversity and collapse": [f"train/{k}" for k in monitor if not k.startswith("entropy/")],
+        # the hack detector: its alarm (a spike at the step it fires), its score and the three signals it reads
+        "Hack detector": [
+            "train/alarm/hack",
+            "train/alarm/hack_score",
+            "train/completions/mean_length",
+            "train/diversity/prompt_info",
+            "train/diversity/repetition",
+        ],
         "Rewards": [trl["reward"], trl["reward_std"], trl["frac_reward_zero_std"]]
         + [f"train/{k}" for k in declared["GRPOExtTrainer"]],
         "Cost": [*(f"train/{k}" for k in declared["ExtTimingCallback"]), trl["step_time"]],

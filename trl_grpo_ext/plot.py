@@ -33,7 +33,7 @@ PANELS = {
             "filter / clip fractions",
             ["filter/kept_frac", "clip_cov/selected_frac", "kl_cov/selected_frac", "clip_ratio/region_mean"],
         ),
-        ("collapse alarm", ["alarm/collapse"]),
+        ("collapse alarm / hack detector", ["alarm/collapse", "alarm/hack", "alarm/hack_score"]),
     ],
 }
 
@@ -123,6 +123,12 @@ def load_log_history(run_dir: str | Path) -> list[dict]:
     return state["log_history"]
 
 
+def hack_alarm_step(history: list[dict]) -> int | None:
+    """The logged step at which the hack detector fired (``alarm/hack`` > 0: 1.0 at its step, averaged with the 0.0
+    of the other steps of that log), or None."""
+    return next((h["step"] for h in history if h.get("alarm/hack", 0.0) > 0 and "step" in h), None)
+
+
 def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
     """Write the panel figures for ``{label: log_history}`` into ``out_dir``; returns the files written."""
     import matplotlib
@@ -158,6 +164,13 @@ def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
                             markersize=3,
                             label=name,
                         )
+            for i, (label, history) in enumerate(runs.items()):
+                fired = hack_alarm_step(history)
+                if fired is not None:  # the detector's alarm, on every panel
+                    ax.axvline(
+                        fired, color=run_color(i) if len(runs) > 1 else "black", linestyle=(0, (1, 2)),
+                        linewidth=1.2, label=f"{label}: hack alarm" if len(runs) > 1 else "hack alarm",
+                    )  # fmt: skip
             ax.set_title(title)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
