@@ -49,7 +49,7 @@ from trl import ModelConfig, TrlParser
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed, testkit
 from trl_grpo_ext.data import load_math_dataset
-from trl_grpo_ext.evaluation import evaluate_multistep, greedy_accuracy, sampled_evaluation
+from trl_grpo_ext.evaluation import GoldRecorder, evaluate_multistep, gold_peak, greedy_accuracy, sampled_evaluation
 from trl_grpo_ext.plot import plot_pass_at_k, plot_runs
 from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS, set_math_reward_workers
 from trl_grpo_ext.testbeds import forks, length_bias
@@ -480,15 +480,28 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
     histories = {}
     train_info: dict = {"num_processes": state.num_processes, "tools": switched_on(training_args)}
 
+    # A proxy reward's task: the gold of the training completions is kept aside (never seen by the trainer), to place
+    # gold's peak beside the hack detector's alarm in the summary.
+    gold = length_bias.gold_reward if synthetic and script_args.synthetic_task == "length_bias" else None
+
+    def rewards_of(run: str) -> list:
+        if gold is None:
+            return reward_funcs
+        recorders[run] = GoldRecorder(gold)
+        return [recorders[run].wrap(reward_funcs[0]), *reward_funcs[1:]]
+
+    recorders: dict[str, GoldRecorder] = {}
     if script_args.compare_vanilla:
         vanilla_args = training_args.without_extensions(output_dir=os.path.join(training_args.output_dir, "vanilla"))
         checkpoints = checkpoint_evaluator(script_args, vanilla_args, evaluate, tokenizer)
         vanilla = train_once(
-            model_path, vanilla_args, reward_funcs, train, tokenizer, step_funcs, [checkpoints] if checkpoints else ()
-        )
+            model_path, vanilla_args, rewards_of("vanilla"), train, tokenizer, step_funcs,
+            [checkpoints] if checkpoints else (),
+        )  # fmt: skip
         histories["vanilla"] = vanilla.state.log_history
         train_info["vanilla_final_entropy"] = _last(vanilla.state.log_history, "entropy")
         train_info["vanilla_alarm_steps"] = alarm_steps(vanilla)
+        train_info["vanilla_hack_alarm"] = hack_alarm(vanilla)
         if evaluate is not None:
             summary["vanilla"] = with_checkpoints(evaluate(vanilla.model), checkpoints, vanilla.state.global_step)
         del vanilla
@@ -501,8 +514,9 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
 
     checkpoints = checkpoint_evaluator(script_args, training_args, evaluate, tokenizer)
     trainer = train_once(
-        model_path, training_args, reward_funcs, train, tokenizer, step_funcs, [checkpoints] if checkpoints else ()
-    )
+        model_path, training_args, rewards_of("tools"), train, tokenizer, step_funcs,
+        [checkpoints] if checkpoints else (),
+    )  # fmt: skip
     histories["tools"] = trainer.state.log_history
     if evaluate is not None:
         summary["final"] = with_checkpoints(evaluate(trainer.model), checkpoints, trainer.state.global_step)
@@ -515,7 +529,14 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
             final_beta=trainer.beta,
             final_reward=_last(trainer.state.log_history, "reward"),
             alarm_steps=alarm_steps(trainer),
+            hack_alarm=hack_alarm(trainer),
         )
+        for run, recorder in recorders.items():  # this process's share of the training completions
+            if recorder.per_step:
+                step, value, halving = gold_peak(recorder.means())
+                train_info["gold_peak" if run == "tools" else "vanilla_gold_peak"] = {
+                    "step": step, "gold": value, "halved_at": halving,
+                }  # fmt: skip
         summary["train"] = train_info
         plot_runs(histories, os.path.join(training_args.output_dir, "plots"))
         runs = [run for run in ("start", "vanilla", "final") if "pass_at_k" in summary.get(run, {})]
@@ -537,6 +558,14 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
 def alarm_steps(trainer: GRPOExtTrainer) -> list[int]:
     """The steps at which the collapse monitor's alarm fired (``collapse_*`` thresholds; empty without them)."""
     return [step for step, _ in trainer.collapse_monitor.alarms] if trainer.collapse_monitor is not None else []
+
+
+def hack_alarm(trainer: GRPOExtTrainer) -> dict | None:
+    """The hack detector's first alarm (``collapse_detector``): its step, onset and signal; None if it never fired or
+    is off."""
+    monitor = trainer.collapse_monitor
+    alarm = monitor.detector.alarm if monitor is not None and monitor.detector is not None else None
+    return None if alarm is None else {"step": alarm.step, "onset": alarm.onset, "signal": alarm.signal}
 
 
 def _last(history: list[dict], key: str):
@@ -631,6 +660,16 @@ def print_length_summary(summary: dict, rows: list) -> None:
         if "vanilla_alarm_steps" in train:
             alarms = f"vanilla {fired(train['vanilla_alarm_steps'])}, {alarms}"
         print(f"collapse alarm (repetition / Distinct-2 of the training batches): {alarms}")
+    for prefix, name in (("vanilla_", "vanilla"), ("", "tools")):
+        if f"{prefix}hack_alarm" not in train:
+            continue
+        alarm, peak = train[f"{prefix}hack_alarm"], train.get(f"{prefix}gold_peak")
+        fired = f"step {alarm['step']} ({alarm['signal']}, onset step {alarm['onset']})" if alarm else "never"
+        where = ""
+        if peak is not None:
+            halved = f", under half of it from step {peak['halved_at']}" if peak["halved_at"] else ", never halved"
+            where = f"; gold of its training batches peaked at step {peak['step']} ({peak['gold']:.2f}{halved})"
+        print(f"hack detector ({name}, gold-free): fired at {fired}{where}")
 
 
 def print_summary(summary: dict, output_dir: str) -> None:

@@ -163,6 +163,12 @@ def test_recipe_default_runs_vanilla_and_tools(tmp_path):
     assert (out / "plots" / "collapse.png").stat().st_size > 1000
     assert "math_grpo summary" in proc.stdout and "tools vs vanilla: gold" in proc.stdout
     assert "collapse alarm (repetition / Distinct-2 of the training batches): vanilla " in proc.stdout
+    # the hack detector's alarm (or "never") beside gold's peak on the training batches, for both runs
+    for prefix, name in (("vanilla_", "vanilla"), ("", "tools")):
+        assert f"{prefix}hack_alarm" in train and f"{prefix}gold_peak" in train
+        assert 1 <= train[f"{prefix}gold_peak"]["step"] <= 4 and 0.0 <= train[f"{prefix}gold_peak"]["gold"] <= 1.0
+        assert f"hack detector ({name}, gold-free): fired at " in proc.stdout
+    assert "gold of its training batches peaked at step" in proc.stdout
 
 
 def test_recipe_addition_config_runs_the_default_tools(tmp_path):

@@ -54,11 +54,13 @@ MAX_STEPS = 300
 #: The tool that helped here (docs/results.md, study ``length_kl``, 6 warm starts x 2 seeds): TRL's KL term with beta
 #: driven by diversity (``kl_control: diversity``), raised while the batch's Distinct-2 is under 0.3.
 TOOLS: dict[str, Any] = {"beta": 0.04, "kl_control": "diversity", "kl_diversity_target": 0.3, "kl_horizon": 2000}
-#: The monitor of every run here: the metrics it computes and the collapse alarm's thresholds ("warn" mode: it logs).
+#: The monitor of every run here: the metrics it computes, the collapse alarm's thresholds and the hack detector with
+#: its default settings ("warn" mode: they log).
 MONITOR: dict[str, Any] = {
-    "diversity_metrics": ["distinct", "repetition", "entropy"],
+    "diversity_metrics": ["distinct", "repetition", "prompt_info", "entropy"],
     "collapse_repetition_max": 0.2,
     "collapse_distinct2_drop": 0.5,
+    "collapse_detector": "drift",
 }
 
 
