@@ -143,6 +143,11 @@ def test_config_refuses_what_cannot_work():
                       collapse_length_rise=0.0)  # fmt: skip
     with pytest.raises(ValueError, match="collapse_action.*save_strategy='steps'"):
         GRPOExtConfig(**base, collapse_action="rollback", diversity_metrics=["repetition"])
+    rollback = {**base, "save_strategy": "steps", "collapse_action": "rollback"}
+    with pytest.raises(ValueError, match="collapse_action.*save_total_limit=2 deletes older.*save_total_limit=None"):
+        GRPOExtConfig(**rollback, save_total_limit=2, diversity_metrics=["repetition"])
+    with pytest.raises(ValueError, match="collapse_action.*the collapse monitor that acts is off"):
+        GRPOExtConfig(**rollback)
     # the signals the user leaves out are not needed
     GRPOExtConfig(
         **base, collapse_detector="drift", diversity_metrics=["entropy"], collapse_prompt_info_drop=None,

@@ -656,8 +656,8 @@ class MonitorConfig(ConfigSection):
             What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
             `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (training
             ends and the weights, optimizer, scheduler and extension state are restored from the last checkpoint
-            saved at or before the detector's onset step; needs `save_strategy="steps"`, and saves `checkpoint-0`
-            at the start; `output_dir/collapse_rollback.json` says what was restored). A callable
+            saved at or before the detector's onset step; needs `save_strategy="steps"` and `save_total_limit=None`,
+            and saves `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says what was restored). A callable
             `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
         eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
             k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
@@ -926,6 +926,14 @@ class GRPOExtConfig(
                 f"a rollback returns to a checkpoint saved before the alarm's onset, but save_strategy is "
                 f"{str(self.save_strategy)!r}",
                 "set save_strategy='steps' and save_steps (e.g. 25), or use collapse_action='stop'",
+            )
+        if self.collapse_action == "rollback" and self.save_total_limit is not None:
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                f"save_total_limit={self.save_total_limit} deletes older checkpoints, and the one saved before the "
+                "alarm's onset may be among them (a rollback then finds nothing to return to)",
+                "set save_total_limit=None (keep every checkpoint), or use collapse_action='stop'",
             )
         if self.collapse_action == "rollback" and not self.diversity_metrics:
             _fail(
