@@ -656,9 +656,9 @@ class MonitorConfig(ConfigSection):
             What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
             `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (training
             ends and the weights, optimizer, scheduler and extension state are restored from the last checkpoint
-            saved at or before the detector's onset step; needs `save_strategy="steps"` and `save_total_limit=None`,
-            and saves `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says what was restored). A callable
-            `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
+            saved at or before the detector's onset step; needs `save_strategy="steps"` and
+            `save_total_limit=None`, and saves `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says
+            what was restored). A callable `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
         eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
             k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
             (`num_generations_eval` per prompt). Empty: off.

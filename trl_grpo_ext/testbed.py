@@ -135,11 +135,18 @@ def careless_answer(prompt: str, rng: random.Random) -> str:
     return str(solve(prompt) + offset)
 
 
+def teacher_rows(n: int, *, seed: int, salt: int, answer, eos_token: str = testkit.EOS) -> Dataset:
+    """``n`` prompt-completion rows for TRL's ``SFTTrainer``: training prompts (:func:`addition_problems`, ``seed``)
+    and a teacher's answers, ``answer(prompt, rng)`` with ``rng`` seeded by ``salt + seed`` (each teacher its own salt,
+    so that two teachers' draws differ)."""
+    rng = random.Random(salt + seed)
+    prompts = addition_problems(n, seed=seed, split="train")["prompt"]
+    return Dataset.from_list([{"prompt": p, "completion": answer(p, rng) + eos_token} for p in prompts])
+
+
 def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
     """``n`` prompt-completion rows for TRL's ``SFTTrainer``: training prompts and the careless teacher's answers."""
-    rng = random.Random(10_007 + seed)
-    prompts = addition_problems(n, seed=seed, split="train")["prompt"]
-    return Dataset.from_list([{"prompt": p, "completion": careless_answer(p, rng) + eos_token} for p in prompts])
+    return teacher_rows(n, seed=seed, salt=10_007, answer=careless_answer, eos_token=eos_token)
 
 
 def _text(completion: Any) -> str:
@@ -153,15 +160,19 @@ def answer_reward(completions, answer, **kwargs) -> list[float]:
     return [1.0 if _text(c).strip() == str(a) else 0.0 for c, a in zip(completions, answer, strict=True)]
 
 
+#: The SFT settings of the addition task's warm starts (this testbed's and the testbeds built on its task).
+SFT_SETTINGS: dict[str, Any] = {"learning_rate": 2e-3, "batch_size": 64, "hidden_size": 128, "num_layers": 4}
+
+
 def warm_start(
     cache_dir: str,
     *,
     seed: int = 0,
     examples: int = 40_000,
-    learning_rate: float = 2e-3,
-    batch_size: int = 64,
-    hidden_size: int = 128,
-    num_layers: int = 4,
+    learning_rate: float = SFT_SETTINGS["learning_rate"],
+    batch_size: int = SFT_SETTINGS["batch_size"],
+    hidden_size: int = SFT_SETTINGS["hidden_size"],
+    num_layers: int = SFT_SETTINGS["num_layers"],
     use_cpu: bool = True,
     log=print,
 ) -> str:

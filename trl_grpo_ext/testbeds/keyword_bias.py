@@ -63,9 +63,7 @@ def polite_answer(prompt: str, rng: random.Random) -> str:
 
 def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
     """``n`` prompt-completion rows: training prompts and the polite careless teacher's answers."""
-    rng = random.Random(60_013 + seed)
-    prompts = testbed.addition_problems(n, seed=seed, split="train")["prompt"]
-    return Dataset.from_list([{"prompt": p, "completion": polite_answer(p, rng) + eos_token} for p in prompts])
+    return testbed.teacher_rows(n, seed=seed, salt=60_013, answer=polite_answer, eos_token=eos_token)
 
 
 def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
@@ -77,12 +75,9 @@ def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu
         dataset=sft_dataset,
         seed=seed,
         examples=examples,
-        learning_rate=2e-3,
-        batch_size=64,
-        hidden_size=128,
-        num_layers=4,
         use_cpu=use_cpu,
         log=lambda path: log(f"[keyword_bias] SFT warm start (seed {seed}, {examples} polite rows), cached in {path}"),
+        **testbed.SFT_SETTINGS,
     )
 
 

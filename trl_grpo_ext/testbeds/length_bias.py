@@ -109,9 +109,7 @@ def chatty_answer(prompt: str, rng: random.Random) -> str:
 
 def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
     """``n`` prompt-completion rows: training prompts and the chatty careless teacher's answers."""
-    rng = random.Random(50_021 + seed)
-    prompts = testbed.addition_problems(n, seed=seed, split="train")["prompt"]
-    return Dataset.from_list([{"prompt": p, "completion": chatty_answer(p, rng) + eos_token} for p in prompts])
+    return testbed.teacher_rows(n, seed=seed, salt=50_021, answer=chatty_answer, eos_token=eos_token)
 
 
 def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
@@ -123,12 +121,9 @@ def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu
         dataset=sft_dataset,
         seed=seed,
         examples=examples,
-        learning_rate=2e-3,
-        batch_size=64,
-        hidden_size=128,
-        num_layers=4,
         use_cpu=use_cpu,
         log=lambda path: log(f"[length_bias] SFT warm start (seed {seed}, {examples} chatty rows), cached in {path}"),
+        **testbed.SFT_SETTINGS,
     )
 
 
