@@ -203,6 +203,9 @@ def report(out: Path, settings: dict | None = None) -> str:
                 f"{lag_line(j['leads'])} |"
             )
     lines += ["", *rollback_lines(runs, settings)]
+    check = rollback_check_lines(runs, settings)
+    if check:
+        lines += ["", *check]
     return "\n".join(lines)
 
 
@@ -234,6 +237,33 @@ def rollback_lines(runs, settings: dict) -> list[str]:
             f"| {statistics.fmean(rolled):.3f} | {statistics.median(kept):.0%} ({min(kept):.0%}) | {tools_last} "
             f"| {moved}/{len(vanilla)} |"
         )
+    return lines
+
+
+def rollback_check_lines(runs, settings: dict) -> list[str]:
+    """The rollback arm (benchmarks/hack_study.py --arms rollback: vanilla with collapse_action rollback, trained for
+    real): its restored model's held-out gold against the value the table reads off the same (warm start, seed)'s
+    vanilla run."""
+    lines = []
+    for testbed in TESTBEDS:
+        real = runs.get((testbed, "rollback"), {})
+        pairs = []
+        for key, run in sorted(real.items()):
+            vanilla = runs.get((testbed, "vanilla"), {}).get(key)
+            alarm = replay(vanilla, settings) if vanilla is not None else None
+            if vanilla is None or run["final_heldout"] is None:
+                continue
+            last = heldout(vanilla, "test")
+            offline = rollback_gold(vanilla, alarm.onset, "test") if alarm is not None else last[max(last)]
+            restored = run["rollback"]["checkpoint_step"] if run["rollback"] else None
+            pairs.append((key, restored, run["final_heldout"]["test"]["gold"], offline))
+        if pairs:
+            worst = max(abs(a - b) for _, _, a, b in pairs)
+            shown = ", ".join(f"w{k[0]}-g{k[1]}: checkpoint {c}, {a:.3f} vs {b:.3f}" for k, c, a, b in pairs)
+            lines.append(
+                f"- {testbed}: {len(pairs)} runs trained with `collapse_action: rollback`; the restored model's test "
+                f"gold vs the table's value: {shown} (largest difference {worst:.3f})"
+            )
     return lines
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -28,6 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTBEDS = ("length_bias", "keyword_bias", "round_bias")
 ARMS = ("vanilla", "tools", "clean")
+#: What acting on the detector gives, trained for real (not part of the default arms): vanilla with
+#: ``collapse_action: rollback`` and a checkpoint every :data:`EVAL_EVERY` steps; its final model (the restored one) is
+#: evaluated, to check that the report's rollback numbers (read off the vanilla runs' checkpoints) are what a run gets.
+ROLLBACK = {"collapse_action": "rollback", "save_strategy": "steps", "save_steps": 25, "save_total_limit": None}
 #: Held-out evaluation: samples per prompt (at the training temperature) and the checkpoint spacing (also the
 #: spacing of the checkpoints a rollback can return to).
 EVAL_SAMPLES = 8
@@ -104,7 +110,7 @@ def run_one(job: dict) -> dict:
     gold = GoldRecorder(bed.gold_reward)  # the gold of the batch the trainer scores, kept aside
 
     grpo_seed = job["warm_start"] + 100 * job["seed"]
-    arm = {"vanilla": {}, "clean": {}, "tools": dict(testbed.DEFAULT_TOOLS)}[job["arm"]]
+    arm = {"vanilla": {}, "clean": {}, "tools": dict(testbed.DEFAULT_TOOLS), "rollback": ROLLBACK}[job["arm"]]
     config = bed.grpo_settings(
         **{
             "seed": grpo_seed,
@@ -115,7 +121,9 @@ def run_one(job: dict) -> dict:
             **arm,
         }
     )
-    args = GRPOExtConfig(**config, output_dir=os.path.join(job["cache"], "runs", f"{os.getpid()}"), disable_tqdm=True)
+    os.makedirs(os.path.join(job["cache"], "runs"), exist_ok=True)
+    output_dir = tempfile.mkdtemp(dir=os.path.join(job["cache"], "runs"))  # a rollback reads its own checkpoints only
+    args = GRPOExtConfig(**config, output_dir=output_dir, disable_tqdm=True)
     set_seed(grpo_seed)
     reward = bed.gold_reward if job["arm"] == "clean" else bed.proxy_reward
     train = testbed.addition_problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
@@ -125,6 +133,7 @@ def run_one(job: dict) -> dict:
         callbacks=[checkpoints],
     )  # fmt: skip
     trainer.train()
+    shutil.rmtree(output_dir, ignore_errors=True)
     steps: dict[int, dict] = {}
     for record in trainer.state.log_history:
         if "step" in record and "loss" in record:
@@ -136,6 +145,8 @@ def run_one(job: dict) -> dict:
         "train_gold": {str(step): value for step, value in gold.means().items()},
         "heldout": {str(step): r for step, r in sorted(checkpoints.results.items())},
         "old_alarm_steps": [step for step, _ in trainer.collapse_monitor.alarms],
+        "rollback": trainer.collapse_monitor.rollback,
+        "final_heldout": heldout(trainer.model) if job["arm"] == "rollback" else None,
         "seconds": time.time() - start,
     }
 
@@ -190,7 +201,7 @@ def parse_range(text: str) -> list[int]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--testbed", default=",".join(TESTBEDS), help="comma-separated testbeds")
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms (and 'rollback')")
     parser.add_argument("--warm_starts", default="0-5")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--steps", type=int, default=300)
