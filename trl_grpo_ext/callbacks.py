@@ -53,9 +53,10 @@ ROLLBACK_FILE = "collapse_rollback.json"
 MONITOR_STATE_FILE = "collapse_monitor.json"
 
 
-def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4)) -> tuple[str, ...]:
+def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4), *, detector: bool = True) -> tuple[str, ...]:
     """Every key :class:`CollapseMonitor` logs with these ``metrics`` and ``ngram_sizes`` (training batches; the
-    evaluation batches' diversity keys are the same under ``eval_``): the one list dashboards and plots read."""
+    evaluation batches' diversity keys are the same under ``eval_``), with the hack detector's if ``detector``: the
+    one list dashboards and plots read."""
     keys = []
     if "distinct" in metrics:
         keys += [f"diversity/distinct_{n}" for n in ngram_sizes]
@@ -70,7 +71,7 @@ def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4)) -> tuple[str,
         keys.append("diversity/prompt_info")
     if "entropy" in metrics:
         keys += ["entropy/mean", "entropy/p10", "entropy/p50", "entropy/p90", "entropy/low_frac"]
-    return (*keys, "alarm/collapse", "alarm/hack", "alarm/hack_score")
+    return (*keys, "alarm/collapse", *(("alarm/hack", "alarm/hack_score") if detector else ()))
 
 
 class ExtClock:

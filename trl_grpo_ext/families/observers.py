@@ -57,7 +57,9 @@ class CollapseObserver(Extension):
     def __init__(self, host):
         super().__init__(host)
         args, host = self.args, self.host
-        self.metrics = monitor_metric_keys(args.diversity_metrics, args.diversity_ngram_sizes)
+        self.metrics = monitor_metric_keys(
+            args.diversity_metrics, args.diversity_ngram_sizes, detector=args.collapse_detector != "none"
+        )
         self.monitor = CollapseMonitor(
             host,
             metrics=args.diversity_metrics,
