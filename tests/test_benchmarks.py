@@ -243,3 +243,59 @@ def test_evidence_verdicts_list_an_arm_shared_by_two_studies_once(benchmarks_on_
     metrics = len(evidence_study.HEADLINE["length_bias"])
     assert sum(row.startswith("| clean |") for row in rows) == metrics
     assert sum(row.startswith("| other |") for row in rows) == metrics
+
+
+def _hack_run(testbed, arm, w, g, *, hack_at):
+    """A saved hack-study run: a generation batch every 4 steps; gold rises to its peak at ``hack_at`` (or all run,
+    ``None``) and falls to 0.05 after it, completion length rising 10% per batch from ``hack_at`` on; held-out gold
+    every 25 steps follows the same curve."""
+    steps = list(range(1, 301, 4))
+
+    def gold(step):
+        if hack_at is None or step <= hack_at:
+            return 0.3 + 0.3 * step / (hack_at or 300)
+        return max(0.05, 0.6 - 0.02 * (step - hack_at))
+
+    def length(step):
+        return 3.0 if hack_at is None or step < hack_at else 3.0 * 1.1 ** ((step - hack_at) // 4 + 1)
+
+    log = {str(s): {"completions/mean_length": length(s), "diversity/prompt_info": 2.0, "diversity/repetition": 0.0}
+           for s in steps}  # fmt: skip
+    heldout = {str(s): {split: {"gold": gold(s), "proxy": 1.0} for split in ("validation", "test")}
+               for s in range(0, 301, 25)}  # fmt: skip
+    return {
+        "testbed": testbed, "arm": arm, "warm_start": w, "seed": g, "steps_log": log,
+        "train_gold": {str(s): gold(s) for s in steps}, "heldout": heldout,
+        "old_alarm_steps": [hack_at + 60] if hack_at is not None else [], "rollback": None, "final_heldout": None,
+    }  # fmt: skip
+
+
+def test_hack_report_judges_alarms_lead_times_and_rollback_by_hand(benchmarks_on_path, tmp_path):
+    """Vanilla hacks at step 101 on every run (its length grows 10% a batch from there), clean runs never: the
+    detector (length +25%, window 1, warm-up 1) fires on the third batch of the hack (1.1^3 = 1.331 at step 109),
+    never on a clean run; gold's peak, smoothed over 5 batches, is at step 93 (the fall after 101 pulls the centred
+    means at 97 and 101 below 93's: 0.5696 and 0.5448 < 0.576), so the alarm is 16 steps after it and the old one 68;
+    the onset is step 97 (the last batch at length 3) and rollback returns to checkpoint 75."""
+    import hack_report
+    import hack_study
+
+    for w in range(3):
+        for g in range(2):
+            for arm, hack_at in (("vanilla", 101), ("clean", None)):
+                path = hack_study.run_path(tmp_path, "length_bias", arm, w, g)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(_hack_run("length_bias", arm, w, g, hack_at=hack_at)))
+    runs = hack_report.load(tmp_path)
+    settings = {"window": 1, "warmup": 1, "length": 0.25, "prompt_info": None, "repetition": None}
+    judged = hack_report.judge(runs, settings, "test", ("length_bias",))["length_bias"]
+    assert {w: hits for w, hits in judged["hits"].items()} == {0: [1.0, 1.0], 1: [1.0, 1.0], 2: [1.0, 1.0]}
+    assert judged["lags"] == [16] * 6
+    assert judged["falses"] == {0: [0.0, 0.0], 1: [0.0, 0.0], 2: [0.0, 0.0]} and judged["clean_runs"] == 6
+    old = hack_report.judge(runs, None, "test", ("length_bias",))["length_bias"]
+    assert old["lags"] == [68] * 6
+    run = runs[("length_bias", "vanilla")][(0, 0)]
+    alarm = hack_report.replay(run, settings)
+    assert (alarm.step, alarm.onset) == (109, 97)  # the last batch before the length rose
+    assert hack_report.rollback_gold(run, alarm.onset, "test") == pytest.approx(0.3 + 0.3 * 75 / 101)
+    text = hack_report.report(tmp_path, settings)
+    assert "| length_bias | detector | 6/6 (1.00 [1.00, 1.00]) | 0/6 (0.00 [0.00, 0.00]) | +16 (+16 to +16) |" in text
