@@ -43,6 +43,8 @@ TUNED_ON = ("length_bias", "keyword_bias")
 #: Generation batches in gold's centred mean.
 SMOOTH = 5
 CHECKPOINT_EVERY = 25
+#: The onset fractions a rollback's checkpoint is chosen by (after the alarm's settings).
+ONSETS = (0.0, 0.25, 0.5, 0.75)
 #: The grid the settings are chosen from.
 GRID = {
     "window": (2, 3, 4),
@@ -80,7 +82,9 @@ def replay(run: dict, settings: dict) -> DriftAlarm | None:
     if not rules:
         return None
     cached = run.setdefault("_series", series(run))
-    return drift_alarm(cached, rules, window=settings["window"], warmup=settings["warmup"])
+    return drift_alarm(
+        cached, rules, window=settings["window"], warmup=settings["warmup"], onset_fraction=settings.get("onset", 0.0)
+    )
 
 
 def peak_and_halving(run: dict) -> tuple[int, int | None]:
@@ -152,13 +156,30 @@ def tune(runs) -> tuple[dict, list[str]]:
         result = score(judge(runs, settings, "validation", TUNED_ON))
         if best_score is None or result > best_score:
             best, best_score = settings, result
+    # then where a rollback returns to (it moves the onset only, never the alarm): the fraction whose rollbacks keep
+    # the most of the runs' best validation gold
+    best["onset"] = max(ONSETS, key=lambda f: kept_gold(runs, {**best, "onset": f}, "validation", TUNED_ON))
+    arms = sorted({arm for (testbed, arm) in runs if testbed in TUNED_ON})
     lines = [
-        f"Chosen on the validation prompts of {', '.join(TUNED_ON)} (vanilla and clean runs; "
+        f"Chosen on the validation prompts of {', '.join(TUNED_ON)} ({', '.join(arms)} runs; "
         f"{', '.join(t for t in TESTBEDS if t not in TUNED_ON)} held out) from {count_grid()} settings: {best} "
         f"(false alarms within 1 in 12: {best_score[0]}; hacked runs alarmed: {best_score[1]}; median |alarm - peak| "
         f"{-best_score[2]:.0f} steps).",
     ]
     return best, lines
+
+
+def kept_gold(runs, settings: dict, split: str, testbeds) -> float:
+    """Mean over the vanilla runs of ``testbeds`` of (gold after acting on the detector / the run's best gold):
+    the rollback checkpoint's where it fired, the last checkpoint's where it did not."""
+    kept = []
+    for testbed in testbeds:
+        for run in runs.get((testbed, "vanilla"), {}).values():
+            gold = heldout(run, split)
+            alarm = replay(run, settings)
+            final = rollback_gold(run, alarm.onset, split) if alarm is not None else gold[max(gold)]
+            kept.append(final / max(max(gold.values()), 1e-9))
+    return statistics.fmean(kept) if kept else 0.0
 
 
 def count_grid() -> int:
@@ -280,6 +301,7 @@ def shipped_settings() -> dict:
         "length": defaults["collapse_length_rise"],
         "prompt_info": defaults["collapse_prompt_info_drop"],
         "repetition": defaults["collapse_repetition_rise"],
+        "onset": defaults["collapse_onset_fraction"],
     }
 
 

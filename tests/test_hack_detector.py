@@ -72,6 +72,15 @@ def test_drift_alarm_takes_the_earliest_signal_and_reports_its_onset():
         drift_alarm({"up": (torch.tensor([1, 2]), torch.tensor([1.0]))}, rules, window=1, warmup=1)
 
 
+def test_onset_is_the_last_point_within_a_fraction_of_the_threshold():
+    rules = {"up": DriftRule(direction=1, threshold=0.5, relative=True)}
+    series = {"up": (torch.tensor([4, 8, 12, 16, 20]), torch.tensor([2.0, 2.0, 2.2, 2.5, 3.0]))}  # drift 0 0 .1 .25 .5
+    onsets = {f: drift_alarm(series, rules, window=1, warmup=1, onset_fraction=f).onset for f in (0.0, 0.25, 0.5, 0.9)}
+    assert onsets == {0.0: 8, 0.25: 12, 0.5: 16, 0.9: 16}  # never the alarm's own step: its drift reached 1.0 x
+    with pytest.raises(ValueError, match="onset_fraction"):
+        drift_alarm(series, rules, window=1, warmup=1, onset_fraction=1.0)
+
+
 def test_prompt_information_by_hand():
     mask = torch.ones(4, 3, dtype=torch.long)
     # each group one answer, the two answers share no bigram: I = H(X) = log 2

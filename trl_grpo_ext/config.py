@@ -644,6 +644,9 @@ class MonitorConfig(ConfigSection):
             Measurements (training generation batches) in each signal's trailing mean.
         collapse_detector_warmup (`int`, *optional*, defaults to `3`):
             Measurements before the detector tracks a signal's best value.
+        collapse_onset_fraction (`float`, *optional*, defaults to `0.5`):
+            The onset the detector reports (where `rollback` returns to): the last measurement before the alarm whose
+            drift was at most this fraction of the threshold. 0: the signal's best point of the run (earlier).
         collapse_length_rise (`float`, *optional*, defaults to `0.2`):
             Detector: alarm when the mean completion length rises this fraction above its lowest point. `None`: not
             read.
@@ -704,6 +707,9 @@ class MonitorConfig(ConfigSection):
     collapse_detector_warmup: int = field(
         default=3, metadata={"help": "Detector: measurements before a signal's best value is tracked."}
     )
+    collapse_onset_fraction: float = field(
+        default=0.5, metadata={"help": "Detector: onset = last measurement within this fraction of the threshold."}
+    )
     collapse_length_rise: float | None = field(
         default=0.2, metadata={"help": "Detector: relative rise of the mean completion length that alarms."}
     )
@@ -762,6 +768,13 @@ class MonitorConfig(ConfigSection):
             for name in ("collapse_detector_window", "collapse_detector_warmup"):
                 if getattr(self, name) < 1:
                     _fail(name, getattr(self, name), "must be >= 1 (measurements)", f"e.g. {name}=3")
+            if not 0 <= self.collapse_onset_fraction < 1:
+                _fail(
+                    "collapse_onset_fraction",
+                    self.collapse_onset_fraction,
+                    "must lie in [0, 1) (a fraction of the threshold)",
+                    "e.g. 0.5, or 0 for the signal's best point",
+                )
             thresholds = ("collapse_length_rise", "collapse_prompt_info_drop", "collapse_repetition_rise")
             if all(getattr(self, name) is None for name in thresholds):
                 _fail("collapse_detector", self.collapse_detector, "every signal's threshold is None", "set one")

@@ -39,9 +39,11 @@ class HackDetector:
             absolute for ``repetition``); a signal left out is not read.
         window: measurements in each trailing mean.
         warmup: measurements before a best point is tracked.
+        onset_fraction: the onset is the last measurement before the alarm within this fraction of the threshold
+            (0: the signal's best point).
     """
 
-    def __init__(self, thresholds: Mapping[str, float], *, window: int, warmup: int):
+    def __init__(self, thresholds: Mapping[str, float], *, window: int, warmup: int, onset_fraction: float = 0.0):
         unknown = sorted(set(thresholds) - set(SIGNALS))
         if unknown:
             raise ValueError(f"Unknown detector signal(s) {unknown}; choose from {sorted(SIGNALS)}.")
@@ -51,6 +53,7 @@ class HackDetector:
         }
         self.window = window
         self.warmup = warmup
+        self.onset_fraction = onset_fraction
         self.series: dict[str, tuple[list[int], list[float]]] = {name: ([], []) for name in self.rules}
         self.alarm: DriftAlarm | None = None
 
@@ -68,7 +71,9 @@ class HackDetector:
             measured.append(float(value))
         if self.alarm is not None:
             return None
-        self.alarm = drift_alarm(self.tensors(), self.rules, window=self.window, warmup=self.warmup)
+        self.alarm = drift_alarm(
+            self.tensors(), self.rules, window=self.window, warmup=self.warmup, onset_fraction=self.onset_fraction
+        )
         return self.alarm
 
     def score(self) -> float | None:
@@ -120,7 +125,7 @@ THRESHOLD_FIELDS = {
 
 def detector_from_config(args) -> HackDetector | None:
     """The detector ``collapse_detector`` asks for (None when it is ``"none"``): each signal whose threshold field is
-    set, ``collapse_detector_window``, ``collapse_detector_warmup``."""
+    set, ``collapse_detector_window``, ``collapse_detector_warmup``, ``collapse_onset_fraction``."""
     if args.collapse_detector == "none":
         return None
     thresholds = {
@@ -128,7 +133,12 @@ def detector_from_config(args) -> HackDetector | None:
         for name, field_name in THRESHOLD_FIELDS.items()
         if getattr(args, field_name) is not None
     }
-    return HackDetector(thresholds, window=args.collapse_detector_window, warmup=args.collapse_detector_warmup)
+    return HackDetector(
+        thresholds,
+        window=args.collapse_detector_window,
+        warmup=args.collapse_detector_warmup,
+        onset_fraction=args.collapse_onset_fraction,
+    )
 
 
 @dataclass

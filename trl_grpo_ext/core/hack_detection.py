@@ -18,7 +18,8 @@ tracks the run's best value of ``d * m_t`` so far (from ``warmup`` measurements 
     drift_t = (d * m_t - min_u d * m_u) / |min_u d * m_u|             (relative),
 
 and alarms at the first measurement where a signal's drift reaches its threshold. The *onset* it reports is the step
-of that best value: the last point at which the run still moved the healthy way, where a rollback returns to.
+of the last measurement before the alarm whose drift was at most ``onset_fraction`` of the threshold (0: the best
+value's step): where the run was still within that much of its healthiest shape, what a rollback returns to.
 Signals that move the same way when a run learns (entropy and Distinct-N fall, KL to the reference grows) cannot tell
 learning from a hack, and are not used. The thresholds were chosen on validation runs (docs/results.md).
 """
@@ -103,14 +104,18 @@ def drift_alarm(
     *,
     window: int,
     warmup: int,
+    onset_fraction: float = 0.0,
 ) -> DriftAlarm | None:
     """The first alarm over several signals, or None.
 
     ``series``: signal name -> (steps (T,), values (T,)) of its measurements, steps increasing; a signal without a
     rule is ignored, a rule without a series waits. Each signal is read by :func:`drift_from_best`; the alarm is the
-    earliest step at which any signal's drift reaches its rule's threshold (ties: the signal first in ``rules``).
-    Non-finite values are refused (the caller skips them before they reach a series).
+    earliest step at which any signal's drift reaches its rule's threshold (ties: the signal first in ``rules``). Its
+    onset: the step of the last measurement up to the alarm whose drift is at most ``onset_fraction`` x the
+    threshold (0: the best point's). Non-finite values are refused (the caller skips them before they reach a series).
     """
+    if not 0.0 <= onset_fraction < 1.0:
+        raise ValueError(f"onset_fraction must lie in [0, 1), got {onset_fraction}.")
     found: DriftAlarm | None = None
     for name, rule in rules.items():
         if name not in series:
@@ -129,7 +134,9 @@ def drift_alarm(
         index = int(hits[0])
         step = int(steps[index])
         if found is None or step < found.step:
-            found = DriftAlarm(step=step, onset=int(steps[best[index]]), signal=name, drift=float(drift[index]))
+            calm = (drift[: index + 1] <= onset_fraction * rule.threshold).nonzero()  # the best point is among them
+            onset = int(steps[max(int(calm[-1]), int(best[index]))])
+            found = DriftAlarm(step=step, onset=onset, signal=name, drift=float(drift[index]))
     return found
 
 

@@ -37,6 +37,7 @@ class CollapseObserver(Extension):
         "collapse_detector",
         "collapse_detector_window",
         "collapse_detector_warmup",
+        "collapse_onset_fraction",
         "collapse_length_rise",
         "collapse_prompt_info_drop",
         "collapse_repetition_rise",
