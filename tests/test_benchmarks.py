@@ -290,7 +290,12 @@ def test_hack_report_judges_alarms_lead_times_and_rollback_by_hand(benchmarks_on
     judged = hack_report.judge(runs, settings, "test", ("length_bias",))["length_bias"]
     assert {w: hits for w, hits in judged["hits"].items()} == {0: [1.0, 1.0], 1: [1.0, 1.0], 2: [1.0, 1.0]}
     assert judged["lags"] == [16] * 6
-    assert judged["falses"] == {0: [0.0, 0.0], 1: [0.0, 0.0], 2: [0.0, 0.0]} and judged["clean_runs"] == 6
+    assert judged["falses"] == {0: [0.0, 0.0], 1: [0.0, 0.0], 2: [0.0, 0.0]}  # the clean runs held gold
+    assert judged["partial"] == {} and judged["tools_hacked"] == {}
+    assert [hack_report.outcome(runs[("length_bias", arm)][(0, 0)], "test") for arm in ("vanilla", "clean")] == [
+        "hacked",
+        "held",
+    ]
     old = hack_report.judge(runs, None, "test", ("length_bias",))["length_bias"]
     assert old["lags"] == [68] * 6
     run = runs[("length_bias", "vanilla")][(0, 0)]
@@ -298,4 +303,5 @@ def test_hack_report_judges_alarms_lead_times_and_rollback_by_hand(benchmarks_on
     assert (alarm.step, alarm.onset) == (109, 97)  # the last batch before the length rose
     assert hack_report.rollback_gold(run, alarm.onset, "test") == pytest.approx(0.3 + 0.3 * 75 / 101)
     text = hack_report.report(tmp_path, settings)
-    assert "| length_bias | detector | 6/6 (1.00 [1.00, 1.00]) | 0/6 (0.00 [0.00, 0.00]) | +16 (+16 to +16) |" in text
+    row = "| length_bias | detector | 6/6 (1.00 [1.00, 1.00]) | 0/6 (0.00 [0.00, 0.00]) | - | - | +16 (+16 to +16) |"
+    assert row in text
