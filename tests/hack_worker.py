@@ -13,7 +13,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testkit
 from trl_grpo_ext.callbacks import CollapseMonitor
-from trl_grpo_ext.detector import HackDetector
+from trl_grpo_ext.detector import detector_from_config
 
 COMMON = dict(
     per_device_train_batch_size=8,
@@ -74,7 +74,7 @@ def main():
     )  # fmt: skip
     monitor = CollapseMonitor(
         plain, metrics=["repetition", "prompt_info"], alarm_action="rollback",
-        detector=HackDetector({"prompt_info": 0.15, "repetition": 0.05, "length": 0.2}, window=3, warmup=3),
+        detector=detector_from_config(plugin.args),  # the plugin's, from the config defaults
     )  # fmt: skip
     plain.add_callback(monitor)
     plain.train()

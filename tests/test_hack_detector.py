@@ -291,10 +291,11 @@ def test_plain_trl_detector_alarms_where_the_plugin_does(make_trainer):
         cls=GRPOTrainer, config_cls=GRPOConfig, reward_funcs=[long_reward], save_strategy="steps", save_steps=2,
         **trl_fields,
     )  # fmt: skip
+    from trl_grpo_ext.detector import detector_from_config
+
     monitor = CollapseMonitor(
-        plain, metrics=["repetition"], detector=HackDetector({"length": 0.05}, window=3, warmup=3),
-        alarm_action="rollback",
-    )  # fmt: skip
+        plain, metrics=["repetition"], detector=detector_from_config(plugin.args), alarm_action="rollback"
+    )  # the plugin's detector: length only, at 0.05
     plain.add_callback(monitor)
     plain.train()
     assert (monitor.event.step, monitor.event.onset) == (event.step, event.onset)

@@ -640,19 +640,20 @@ class MonitorConfig(ConfigSection):
             completion length up (`collapse_length_rise`), prompt information down (`collapse_prompt_info_drop`,
             needs `prompt_info` in `diversity_metrics`), repetition up (`collapse_repetition_rise`, needs
             `repetition`). `"none"`: off.
-        collapse_detector_window (`int`, *optional*, defaults to `3`):
-            Measurements (training generation batches) in each signal's trailing mean.
-        collapse_detector_warmup (`int`, *optional*, defaults to `3`):
+        collapse_detector_window (`int`, *optional*, defaults to `2`):
+            Measurements (training generation batches) in each signal's trailing mean. The defaults of the detector's
+            fields were chosen on validation runs of two kinds of hack and measured on a third (docs/results.md).
+        collapse_detector_warmup (`int`, *optional*, defaults to `2`):
             Measurements before the detector tracks a signal's best value.
-        collapse_onset_fraction (`float`, *optional*, defaults to `0.5`):
+        collapse_onset_fraction (`float`, *optional*, defaults to `0.75`):
             The onset the detector reports (where `rollback` returns to): the last measurement before the alarm whose
             drift was at most this fraction of the threshold. 0: the signal's best point of the run (earlier).
-        collapse_length_rise (`float`, *optional*, defaults to `0.2`):
+        collapse_length_rise (`float`, *optional*, defaults to `0.1`):
             Detector: alarm when the mean completion length rises this fraction above its lowest point. `None`: not
             read.
         collapse_prompt_info_drop (`float`, *optional*, defaults to `0.15`):
             Detector: alarm when `diversity/prompt_info` falls this fraction below its highest point. `None`: not read.
-        collapse_repetition_rise (`float`, *optional*, defaults to `0.05`):
+        collapse_repetition_rise (`float`, *optional*, defaults to `0.03`):
             Detector: alarm when `diversity/repetition` rises this much (absolute) above its lowest point. `None`: not
             read.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
@@ -702,22 +703,22 @@ class MonitorConfig(ConfigSection):
         default="none", metadata={"help": "The gold-free hack detector (alarm/hack): drift or none."}
     )
     collapse_detector_window: int = field(
-        default=3, metadata={"help": "Detector: measurements in each signal's trailing mean."}
+        default=2, metadata={"help": "Detector: measurements in each signal's trailing mean."}
     )
     collapse_detector_warmup: int = field(
-        default=3, metadata={"help": "Detector: measurements before a signal's best value is tracked."}
+        default=2, metadata={"help": "Detector: measurements before a signal's best value is tracked."}
     )
     collapse_onset_fraction: float = field(
-        default=0.5, metadata={"help": "Detector: onset = last measurement within this fraction of the threshold."}
+        default=0.75, metadata={"help": "Detector: onset = last measurement within this fraction of the threshold."}
     )
     collapse_length_rise: float | None = field(
-        default=0.2, metadata={"help": "Detector: relative rise of the mean completion length that alarms."}
+        default=0.1, metadata={"help": "Detector: relative rise of the mean completion length that alarms."}
     )
     collapse_prompt_info_drop: float | None = field(
         default=0.15, metadata={"help": "Detector: relative fall of diversity/prompt_info that alarms."}
     )
     collapse_repetition_rise: float | None = field(
-        default=0.05, metadata={"help": "Detector: absolute rise of diversity/repetition that alarms."}
+        default=0.03, metadata={"help": "Detector: absolute rise of diversity/repetition that alarms."}
     )
     collapse_action: Literal["warn", "save", "stop", "rollback"] = field(
         default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop or rollback."}
