@@ -244,11 +244,37 @@ def report(out: Path, settings: dict | None = None) -> str:
                 f"{rate_line(j['partial'])} | {rate_line(j['tools_hacked'])} | {lag_line(j['lags'])} | "
                 f"{lag_line(j['leads'])} |"
             )
-    lines += ["", *rollback_lines(runs, settings)]
+    lines += ["", *paired_lines(runs, settings), "", *rollback_lines(runs, settings)]
     check = rollback_check_lines(runs, settings)
     if check:
         lines += ["", *check]
     return "\n".join(lines)
+
+
+def paired_lines(runs, settings: dict) -> list[str]:
+    """Detector against the old alarm, run by run on the hacked vanilla runs where both fired: the alarm step's
+    difference (detector - old; below 0: earlier), with its cluster-bootstrap interval and the verdict."""
+    from trl_grpo_ext.stats import verdict
+
+    lines = [
+        "| testbed | detector - old alarm, steps (hacked vanilla runs; < 0: earlier) [95% interval] | verdict "
+        "(earlier helps) | runs (warm starts) |",
+        "|---|---|---|---|",
+    ]
+    for testbed in TESTBEDS:
+        differences: dict[int, list[float]] = {}
+        for key, run in sorted(runs.get((testbed, "vanilla"), {}).items()):
+            alarm, old = replay(run, settings), old_alarm(run)
+            if hacked(run, "test") and alarm is not None and old is not None:
+                differences.setdefault(key[0], []).append(float(alarm.step - old))
+        if not differences:
+            continue
+        interval = cluster_bootstrap(differences)
+        lines.append(
+            f"| {testbed} | {interval.mean:+.1f} [{interval.low:+.1f}, {interval.high:+.1f}] | "
+            f"{verdict(interval, higher_is_better=False)} | {interval.runs} ({interval.warm_starts}) |"
+        )
+    return lines
 
 
 def rollback_lines(runs, settings: dict) -> list[str]:
