@@ -22,6 +22,10 @@ of the last measurement before the alarm whose drift was at most ``onset_fractio
 value's step): where the run was still within that much of its healthiest shape, what a rollback returns to.
 Signals that move the same way when a run learns (entropy and Distinct-N fall, KL to the reference grows) cannot tell
 learning from a hack, and are not used. The thresholds were chosen on validation runs (docs/results.md).
+
+No paper proposes this rule: it is this project's, measured in docs/results.md ("Detecting a hack while it starts").
+A drift from the running best is a drawdown, the statistic of one-sided change detection without a known baseline
+(compare Page 1954's CUSUM, which needs the pre-change mean this detector does not assume).
 """
 
 from __future__ import annotations
