@@ -142,7 +142,7 @@ def test_rollback_checkpoint_is_the_last_at_or_before_the_onset(tmp_path):
 def test_config_refuses_what_cannot_work():
     from trl_grpo_ext import GRPOExtConfig
 
-    base = dict(TINY_ARGS, output_dir="/tmp/unused")
+    base = dict(TINY_ARGS, output_dir="never-written")  # only validated, nothing is saved
     with pytest.raises(ValueError, match="collapse_detector.*diversity_metrics"):
         GRPOExtConfig(**base, collapse_detector="drift")
     with pytest.raises(ValueError, match="collapse_prompt_info_drop.*add 'prompt_info'"):
