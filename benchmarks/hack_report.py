@@ -31,9 +31,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trl_grpo_ext.core.hack_detection import DriftAlarm, DriftRule, drift_alarm  # noqa: E402
-from trl_grpo_ext.detector import SIGNALS  # noqa: E402
-from trl_grpo_ext.evaluation import gold_peak  # noqa: E402
+from trl_grpo_ext.core.hack_detection import DriftAlarm, drift_alarm  # noqa: E402
+from trl_grpo_ext.detector import SIGNALS, drift_rules  # noqa: E402
+from trl_grpo_ext.evaluation import gold_peak, smoothed_gold  # noqa: E402
 from trl_grpo_ext.stats import cluster_bootstrap  # noqa: E402
 
 TESTBEDS = ("length_bias", "keyword_bias", "round_bias")
@@ -76,11 +76,7 @@ def series(run: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 
 
 def replay(run: dict, settings: dict) -> DriftAlarm | None:
-    rules = {
-        name: DriftRule(direction=SIGNALS[name][1], threshold=settings[name], relative=SIGNALS[name][2])
-        for name in SIGNALS
-        if settings.get(name) is not None
-    }
+    rules = drift_rules({name: settings[name] for name in SIGNALS if settings.get(name) is not None})
     if not rules:
         return None
     cached = run.setdefault("_series", series(run))
@@ -365,11 +361,8 @@ def plot(out: Path, settings: dict, path: Path) -> Path:
     for ax, testbed in zip(axes[0], TESTBEDS, strict=True):
         for run in runs.get((testbed, "vanilla"), {}).values():
             means = {int(s): v for s, v in run["train_gold"].items()}
-            steps = sorted(means)
             peak, top, _ = gold_peak(means, smooth=SMOOTH)
-            half = SMOOTH // 2
-            values = [means[x] for x in steps]
-            smooth = [statistics.fmean(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+            steps, smooth = smoothed_gold(means, smooth=SMOOTH)
             ax.plot([x - peak for x in steps], [v / top for v in smooth], color="0.7", linewidth=0.8)
             alarm = replay(run, settings)
             if alarm is not None:

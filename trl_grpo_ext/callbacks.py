@@ -129,8 +129,9 @@ def _fingerprint(completions) -> tuple | None:
 
 class PlainTRLSource:
     """The collapse monitor's adapter to a plain ``trl.GRPOTrainer`` (its plain-TRL mode): the few members of the
-    Host the monitor uses (``args``, ``global_step``, ``log``, ``log_column``), plus what it pulls there because no
-    hook feeds it: the training completions TRL keeps for its table (re-tokenised) and the mean token entropy TRL
+    Host the monitor uses (``args``, ``global_step``, ``log``, ``log_column``, ``metric_values``, and for a rollback
+    ``save_checkpoint`` / ``restore_checkpoint``), plus what it pulls there because no hook feeds it: the training
+    completions TRL keeps for its table (re-tokenised) and, through ``metric_values``, the mean token entropy TRL
     logs for each loss pass. Nothing on the trainer is replaced, so without every token's entropy the plain-TRL mode
     logs ``entropy/mean`` (TRL's values of the step, averaged) but no percentiles and no low fraction
     (``GRPOExtTrainer`` feeds the monitor every token's entropy)."""
@@ -142,7 +143,6 @@ class PlainTRLSource:
         self.trainer = trainer
         self.args = trainer.args
         self._fingerprint = None
-        self._entropy_seen: tuple[list | None, int] = (None, 0)
 
     @property
     def global_step(self) -> int:
@@ -178,17 +178,6 @@ class PlainTRLSource:
     def mark_completions_seen(self) -> None:
         """An evaluation just filled TRL's table: its completions are not training data."""
         self._fingerprint = _fingerprint(self.trainer._logs["completion"]) or self._fingerprint
-
-    def new_entropies(self) -> list[float]:
-        """TRL's logged mean token entropies (one per training loss pass, already gathered over processes) since the
-        last call. TRL clears its metrics at each log, which starts a new list."""
-        values = self.trainer._metrics["train"].get("entropy")
-        if values is None:
-            return []
-        listed, seen = self._entropy_seen
-        start = seen if listed is values else 0
-        self._entropy_seen = (values, len(values))
-        return [v for v in values[start:] if math.isfinite(v)]
 
 
 class CollapseMonitor(TrainerCallback):
@@ -261,7 +250,7 @@ class CollapseMonitor(TrainerCallback):
         self.event: CollapseEvent | None = None
         self.rollback: dict | None = None
         self._rollback_event: CollapseEvent | None = None
-        self._metric_seen: dict[str, tuple[int, int]] = {}
+        self._metric_seen: dict[str, tuple[list | None, int]] = {}
         self.every = every
         self.baseline_distinct2: float | None = None
         self.last: dict[str, float] = {}
@@ -331,8 +320,8 @@ class CollapseMonitor(TrainerCallback):
     def _entropy_metrics(self, percentiles: bool) -> dict[str, float]:
         """Mean and low fraction of the step's token entropies; with ``percentiles`` (a measured step, the same on
         every process) also p10 / p50 / p90 of a sample of them. Plain TRL: the mean of TRL's logged values only."""
-        if not self.fed_by_trainer:
-            values = self.source.new_entropies()
+        if not self.fed_by_trainer:  # TRL's logged mean entropy of each loss pass, gathered over processes
+            values = self._new_metric_values("entropy")
             return {"entropy/mean": statistics.fmean(values)} if values else {}
         sums = self._entropy_sums.clone()
         chunks, self._entropy_chunks, self._entropy_sums = self._entropy_chunks, [], torch.zeros(3)
@@ -418,12 +407,12 @@ class CollapseMonitor(TrainerCallback):
         return reasons
 
     def _new_metric_values(self, name: str) -> list[float]:
-        """The values logged under ``name`` since this monitor last read them (the trainer clears its buffer at each
-        log, which starts a new list)."""
+        """The finite values logged under ``name`` in the training metrics since this monitor last read them. The
+        trainer starts a new list at each log; the list last read is kept (not its id, which a new list may reuse)."""
         values = self.source.metric_values("train", name)
-        listed, seen = self._metric_seen.get(name, (0, 0))
-        start = seen if listed == id(values) else 0
-        self._metric_seen[name] = (id(values), len(values))
+        listed, seen = self._metric_seen.get(name, (None, 0))
+        start = seen if listed is values else 0
+        self._metric_seen[name] = (values, len(values))
         return [float(v) for v in values[start:] if math.isfinite(float(v))]
 
     def _detect(self, values: dict[str, float], step: int) -> CollapseEvent | None:
@@ -558,9 +547,10 @@ class CollapseMonitor(TrainerCallback):
         values["alarm/collapse"] = 1.0 if reasons else 0.0
         if reasons:
             self.alarms.append((state.global_step, reasons))
-            event = event or CollapseEvent(step=state.global_step, onset=state.global_step, source="threshold")
-            if event.source == "threshold":
-                event.reasons = reasons
+            if event is None:  # the detector did not fire: the thresholds' alarm, with no onset of its own
+                event = CollapseEvent(
+                    step=state.global_step, onset=state.global_step, source="threshold", reasons=reasons
+                )
         if event is not None:
             self._act(event, control)
         self.last = values

@@ -752,8 +752,7 @@ class MonitorConfig(ConfigSection):
             _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
         if any(int(k) < 1 for k in self.eval_pass_at_k):
             _fail("eval_pass_at_k", self.eval_pass_at_k, "k must be >= 1", "e.g. [1, 4, 8]")
-        alarms = (self.collapse_entropy_min, self.collapse_distinct2_drop, self.collapse_repetition_max)
-        needs = {
+        needs = {  # alarm field -> the diversity metric it reads
             "collapse_entropy_min": "entropy",
             "collapse_distinct2_drop": "distinct",
             "collapse_repetition_max": "repetition",
@@ -784,8 +783,8 @@ class MonitorConfig(ConfigSection):
                 if value is not None and not value > 0:
                     _fail(name, value, "must be > 0 (a drift that alarms) or None", f"e.g. {name}=0.2")
             needs.update(collapse_prompt_info_drop="prompt_info", collapse_repetition_rise="repetition")
-            alarms += (self.collapse_prompt_info_drop, self.collapse_repetition_rise)
-        for (name, metric), value in zip(needs.items(), alarms, strict=True):
+        for name, metric in needs.items():
+            value = getattr(self, name)
             if value is not None and metric not in self.diversity_metrics:
                 _fail(
                     name,

@@ -27,8 +27,18 @@ SIGNALS: dict[str, tuple[str, int, bool]] = {
     "prompt_info": ("diversity/prompt_info", -1, True),
     "repetition": ("diversity/repetition", 1, False),
 }
-#: the diversity metric each signal needs the collapse monitor to compute (None: TRL logs it)
-SIGNAL_NEEDS = {"length": None, "prompt_info": "prompt_info", "repetition": "repetition"}
+
+
+def drift_rules(thresholds: Mapping[str, float]) -> dict[str, DriftRule]:
+    """signal name (:data:`SIGNALS`) -> threshold, as the rules :func:`~trl_grpo_ext.core.hack_detection.drift_alarm`
+    reads (each signal's direction and relative / absolute drift from :data:`SIGNALS`)."""
+    unknown = sorted(set(thresholds) - set(SIGNALS))
+    if unknown:
+        raise ValueError(f"Unknown detector signal(s) {unknown}; choose from {sorted(SIGNALS)}.")
+    return {
+        name: DriftRule(direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2])
+        for name, value in thresholds.items()
+    }
 
 
 class HackDetector:
@@ -44,13 +54,7 @@ class HackDetector:
     """
 
     def __init__(self, thresholds: Mapping[str, float], *, window: int, warmup: int, onset_fraction: float = 0.0):
-        unknown = sorted(set(thresholds) - set(SIGNALS))
-        if unknown:
-            raise ValueError(f"Unknown detector signal(s) {unknown}; choose from {sorted(SIGNALS)}.")
-        self.rules = {
-            name: DriftRule(direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2])
-            for name, value in thresholds.items()
-        }
+        self.rules = drift_rules(thresholds)
         self.window = window
         self.warmup = warmup
         self.onset_fraction = onset_fraction
@@ -185,5 +189,6 @@ __all__ = [
     "HackDetector",
     "checkpoints",
     "detector_from_config",
+    "drift_rules",
     "rollback_checkpoint",
 ]

@@ -311,16 +311,21 @@ class GoldRecorder:
         return {step: statistics.fmean(values) for step, values in sorted(self.per_step.items()) if values}
 
 
-def gold_peak(means: dict[int, float], *, smooth: int = 5) -> tuple[int, float, int | None]:
-    """Gold's peak in a run's per-step gold (:meth:`GoldRecorder.means`): the centred mean over ``smooth`` measured
-    steps is taken first (one training batch is noisy), then its maximum. Returns (the peak's step, the smoothed gold
-    there, the first later step where the smoothed gold is under half of it, or None)."""
-    if not means:
-        raise ValueError("gold_peak needs at least one measured step.")
+def smoothed_gold(means: dict[int, float], *, smooth: int = 5) -> tuple[list[int], list[float]]:
+    """A run's per-step gold (:meth:`GoldRecorder.means`) in step order and its centred mean over ``smooth`` measured
+    steps (fewer at the ends): one training batch is noisy."""
     steps = sorted(means)
     values = [means[s] for s in steps]
     half = smooth // 2
-    smoothed = [statistics.fmean(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+    return steps, [statistics.fmean(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+
+
+def gold_peak(means: dict[int, float], *, smooth: int = 5) -> tuple[int, float, int | None]:
+    """Gold's peak in a run's per-step gold: the maximum of :func:`smoothed_gold`. Returns (the peak's step, the
+    smoothed gold there, the first later step where the smoothed gold is under half of it, or None)."""
+    if not means:
+        raise ValueError("gold_peak needs at least one measured step.")
+    steps, smoothed = smoothed_gold(means, smooth=smooth)
     top = max(range(len(smoothed)), key=smoothed.__getitem__)
     halving = next((steps[i] for i in range(top, len(smoothed)) if smoothed[i] < smoothed[top] / 2), None)
     return steps[top], smoothed[top], halving

@@ -50,8 +50,8 @@ class DriftRule:
 
 @dataclass(frozen=True)
 class DriftAlarm:
-    """The detector's first alarm: the ``step`` it fired at, the ``onset`` step (the signal's best point before it),
-    the ``signal`` that fired and its ``drift`` there."""
+    """The detector's first alarm: the ``step`` it fired at, the ``onset`` step (see :func:`drift_alarm`), the
+    ``signal`` that fired and its ``drift`` there."""
 
     step: int
     onset: int
@@ -129,7 +129,7 @@ def drift_alarm(
             raise ValueError(f"series {name!r}: {steps.numel()} steps but {values.numel()} values.")
         if values.numel() and not bool(torch.isfinite(values).all()):
             raise ValueError(f"series {name!r} holds a non-finite value; skip those before they reach the detector.")
-        drift, best = drift_from_best(
+        drift, _ = drift_from_best(
             values, direction=rule.direction, window=window, warmup=warmup, relative=rule.relative
         )
         hits = (drift >= rule.threshold).nonzero()
@@ -138,8 +138,9 @@ def drift_alarm(
         index = int(hits[0])
         step = int(steps[index])
         if found is None or step < found.step:
-            calm = (drift[: index + 1] <= onset_fraction * rule.threshold).nonzero()  # the best point is among them
-            onset = int(steps[max(int(calm[-1]), int(best[index]))])
+            # the best point (drift 0) is among them, so the last is at or after it
+            calm = (drift[: index + 1] <= onset_fraction * rule.threshold).nonzero()
+            onset = int(steps[int(calm[-1])])
             found = DriftAlarm(step=step, onset=onset, signal=name, drift=float(drift[index]))
     return found
 
