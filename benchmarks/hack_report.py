@@ -36,9 +36,9 @@ from trl_grpo_ext.detector import SIGNALS, drift_rules  # noqa: E402
 from trl_grpo_ext.evaluation import gold_peak, smoothed_gold  # noqa: E402
 from trl_grpo_ext.stats import cluster_bootstrap  # noqa: E402
 
-TESTBEDS = ("length_bias", "keyword_bias", "round_bias")
+TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias")
 ARMS = ("vanilla", "tools", "clean")
-#: The testbeds the settings are chosen on (validation prompts); the third is held out while choosing.
+#: The testbeds the settings are chosen on (validation prompts); the others are held out while choosing.
 TUNED_ON = ("length_bias", "keyword_bias")
 #: Generation batches in gold's centred mean.
 SMOOTH = 5
@@ -109,6 +109,28 @@ def outcome(run: dict, split: str) -> str:
 
 def hacked(run: dict, split: str) -> bool:
     return outcome(run, split) == "hacked"
+
+
+#: Held-out gold must climb by more than this above step 0 before it hacks for a run to have "risen first".
+RISE = 0.03
+
+
+def rose_then_hacked(run: dict, split: str) -> bool:
+    """Whether the run's held-out gold climbed by more than :data:`RISE` above its step-0 value (best checkpoint) and
+    the run then hacked: the testbed requirement "vanilla first rises, then hacks"."""
+    gold = heldout(run, split)
+    return hacked(run, split) and max(gold.values()) > gold[0] + RISE
+
+
+def rise_lines(runs, split: str = "test") -> list[str]:
+    """Per testbed: vanilla runs that hacked, and those that rose first."""
+    lines = ["| testbed | vanilla runs hacked | ... of which gold first rose by > 3 points |", "|---|---|---|"]
+    for testbed in TESTBEDS:
+        vanilla = list(runs.get((testbed, "vanilla"), {}).values())
+        hacked_runs = sum(hacked(r, split) for r in vanilla)
+        rose = sum(rose_then_hacked(r, split) for r in vanilla)
+        lines.append(f"| {testbed} | {hacked_runs}/{len(vanilla)} | {rose}/{len(vanilla)} |")
+    return lines
 
 
 def old_alarm(run: dict) -> int | None:
@@ -240,7 +262,7 @@ def report(out: Path, settings: dict | None = None) -> str:
                 f"{rate_line(j['partial'])} | {rate_line(j['tools_hacked'])} | {lag_line(j['lags'])} | "
                 f"{lag_line(j['leads'])} |"
             )
-    lines += ["", *paired_lines(runs, settings), "", *rollback_lines(runs, settings)]
+    lines += ["", *rise_lines(runs), "", *paired_lines(runs, settings), "", *rollback_lines(runs, settings)]
     check = rollback_check_lines(runs, settings)
     if check:
         lines += ["", *check]

@@ -1,5 +1,5 @@
 """The hack-detection study (docs/results.md, "Detecting a hack while it starts"): per-step training signals and gold
-of runs on three kinds of reward hack, saved for the detector to be replayed on, and the report.
+of runs on four kinds of reward hack, saved for the detector to be replayed on, and the report.
 
     python benchmarks/hack_study.py --testbed length_bias --arms vanilla,clean,tools     # train (resumes)
     python benchmarks/hack_study.py --report                                            # the tables, trains nothing
@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTBEDS = ("length_bias", "keyword_bias", "round_bias")
+TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias")
 ARMS = ("vanilla", "tools", "clean")
 #: What acting on the detector gives, trained for real (not part of the default arms): vanilla with
 #: ``collapse_action: rollback`` and a checkpoint every :data:`EVAL_EVERY` steps; its final model (the restored one) is
@@ -90,9 +90,10 @@ def run_one(job: dict) -> dict:
             )  # fmt: skip
             flat = [t for row in texts for t in row]
             answers = [a for a in rows["answer"] for _ in range(EVAL_SAMPLES)]
+            prompts = [p for p in rows["prompt"] for _ in range(EVAL_SAMPLES)]
             out[split] = {
                 "gold": statistics.fmean(bed.gold_reward(flat, answers)),
-                "proxy": statistics.fmean(bed.proxy_reward(flat, answers)),
+                "proxy": statistics.fmean(bed.proxy_reward(flat, answers, prompts=prompts)),
             }
         return out
 

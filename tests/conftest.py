@@ -101,7 +101,7 @@ def random_advantage_batch(trainer, dataset, seed=0):
 
 def aggregate_single_process(trainer, per_token, inputs, loss_type, *, training=True, accumulation=1):
     """``aggregate_like_loss_type`` for one micro-batch on one process."""
-    from trl_grpo_ext.trl_compat import aggregate_like_loss_type
+    from trl_grpo_ext.adapter.compat import aggregate_like_loss_type
 
     return aggregate_like_loss_type(
         per_token,

@@ -686,6 +686,7 @@ def _fallbacks():
     import torch
 
     from trl_grpo_ext import testkit
+    from trl_grpo_ext.adapter.compat import vllm_importance_sampling_ratio
     from trl_grpo_ext.core import (
         AdaptiveKLController,
         DiversityKLController,
@@ -701,7 +702,6 @@ def _fallbacks():
     from trl_grpo_ext.core.aepo import aepo_candidates, aepo_pick, high_entropy_mask
     from trl_grpo_ext.prm.segmentation import segment_completion
     from trl_grpo_ext.rewards import math_accuracy_reward
-    from trl_grpo_ext.trl_compat import vllm_importance_sampling_ratio
 
     tok = testkit.build_char_tokenizer()
 

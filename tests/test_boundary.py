@@ -1,6 +1,6 @@
 """The boundary between the families and TRL (issue 12): families talk to a narrow Host; TRL's private surface lives in
-trainer.py, rollouts.py (the rollout service) and trl_compat.py only, is declared, and exists in the installed TRL; no
-module-level import cycle."""
+trainer.py, rollouts.py (the rollout service) and the adapter package only, is declared, and exists in the installed
+TRL; no module-level import cycle."""
 
 from __future__ import annotations
 
@@ -178,12 +178,12 @@ def _names_used_on_trl(path: Path, owners=("self", "trainer", "self._trainer")) 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in PACKAGE.rglob("*.py")))
 def test_trl_private_names_only_in_the_declared_files(module):
-    """TRL's private names appear only in trainer.py, rollouts.py (the rollout service), trl_compat.py and callbacks.py
-    (the public CollapseMonitor on a plain GRPOTrainer): a TRL port touches those four."""
-    from trl_grpo_ext.trl_compat import TRL_SURFACE
+    """TRL's private names appear only in the adapter package (trl_grpo_ext/adapter), trainer.py, rollouts.py (the
+    rollout service) and callbacks.py (the public CollapseMonitor on a plain GRPOTrainer): a TRL port touches those."""
+    from trl_grpo_ext.adapter.compat import TRL_SURFACE
 
-    allowed = {"trainer.py", "rollouts.py", "trl_compat.py", "callbacks.py"}
     path = next(PACKAGE.rglob(module))
+    allowed = {"trainer.py", "rollouts.py", "callbacks.py"} | {p.name for p in (PACKAGE / "adapter").glob("*.py")}
     private = {name for name in TRL_SURFACE if name.startswith("_")} - {"_save_checkpoint", "_step"}
     tree = ast.parse(path.read_text())
     touched = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in private}
@@ -195,8 +195,8 @@ def test_trl_private_surface_is_declared_and_exists(make_trainer):
     declared name exists on a GRPOTrainer 1.16 instance."""
     from trl import GRPOConfig, GRPOTrainer
 
+    from trl_grpo_ext.adapter.compat import TRL_OPTIONAL_SURFACE, TRL_SURFACE
     from trl_grpo_ext.trainer import GRPOExtTrainer
-    from trl_grpo_ext.trl_compat import TRL_OPTIONAL_SURFACE, TRL_SURFACE
 
     own = set(vars(GRPOExtTrainer)) | {"ext_collectives", "extensions", "ext_host", "ext_rollouts", "ext_clock"}
     used = (_names_used_on_trl(PACKAGE / "trainer.py") & _trl_owned_names()) - own

@@ -1,4 +1,5 @@
-"""Contract tests on the TRL 1.16 internals trl_grpo_ext relies on: an upgrade that breaks them fails here, loudly."""
+"""Contract tests on the TRL internals trl_grpo_ext relies on (TRL 1.14-1.16, trl_grpo_ext.adapter.versions): an upgrade
+that breaks them fails here, loudly. CI runs this file on every supported TRL minor."""
 
 import inspect
 
@@ -8,7 +9,8 @@ import trl
 from conftest import aggregate_single_process, policy_logps, scored_batch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_grpo_ext.trl_compat import TRL_VERSION, combined_rewards, per_token_kl
+from trl_grpo_ext.adapter import versions
+from trl_grpo_ext.adapter.compat import combined_rewards, per_token_kl
 
 #: Tiny trainers, seconds in all: in the edit-loop tier (tests/conftest.py).
 pytestmark = pytest.mark.fast
@@ -18,8 +20,27 @@ def params(fn):
     return list(inspect.signature(fn).parameters)
 
 
-def test_trl_version_is_the_pinned_minor():
-    assert trl.__version__.startswith(TRL_VERSION + "."), trl.__version__
+def test_trl_version_is_supported_and_the_range_is_the_packages():
+    assert versions.minor(trl.__version__) in versions.SUPPORTED, trl.__version__
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'"trl{versions.supported_range()}"' in pyproject  # the range pip enforces is the range CI tests
+
+
+@pytest.mark.parametrize("version", ["1.13.2", "1.17.0", "1.17.0.dev0", "2.0.0"])
+def test_a_trl_outside_the_range_is_refused_at_import_with_the_fix(version, monkeypatch):
+    monkeypatch.delenv(versions.ALLOW_UNTESTED, raising=False)
+    with pytest.raises(ImportError, match=rf"TRL {version} is installed\. Fix: pip install 'trl>=1\.14,<1\.17'"):
+        versions.check_installed(version)
+    monkeypatch.setenv(versions.ALLOW_UNTESTED, "1")
+    with pytest.warns(UserWarning, match=f"TRL {version} is installed"):
+        assert versions.check_installed(version) == versions.minor(version)
+
+
+@pytest.mark.parametrize("version", ["1.14.0", "1.14.2", "1.15.0", "1.16.0", "1.16.3"])
+def test_a_supported_trl_is_accepted(version):
+    assert versions.check_installed(version) == version[:4]
 
 
 def test_hook_signatures():
@@ -32,7 +53,8 @@ def test_hook_signatures():
     ]
     assert params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
     assert params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
-    assert params(GRPOTrainer._get_per_token_logps_and_entropies)[:7] == [
+    # TRL 1.14 forwards *args to _full_logits_logps; 1.15 and 1.16 take them (adapter.versions)
+    assert params(versions.logps_signature_source(GRPOTrainer))[:7] == [
         "self",
         "model",
         "input_ids",
@@ -146,7 +168,7 @@ def test_kl_term_parity_with_trl(make_trainer, train_dataset, loss_type):
 def test_reward_kwargs_parity_with_trl(make_trainer, train_dataset):
     """trl_compat.reward_kwargs (what the AEPO scoring and the PRM step functions pass reward functions) equals what
     TRL 1.16's own _calculate_rewards passes, key by key, on the same rows."""
-    from trl_grpo_ext.trl_compat import reward_kwargs
+    from trl_grpo_ext.adapter.compat import reward_kwargs
 
     seen = []
 
@@ -233,7 +255,7 @@ def test_rollout_tensors_parity_with_trls_padding(make_trainer, train_dataset, s
 def test_logps_at_temperature_parity_with_trls_fused_head(make_trainer, train_dataset):
     """``policy_logps_at_temperature`` at the training temperature is TRL's own (fused-head) log-probs; at another it
     is the model's logits divided by that temperature (what vLLM's ``processed_logprobs`` report for AEPO's rows)."""
-    from trl_grpo_ext.trl_compat import policy_logps_at_temperature
+    from trl_grpo_ext.adapter.compat import policy_logps_at_temperature
 
     trainer = make_trainer(temperature=0.7)
     out = scored_batch(trainer, train_dataset)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from transformers import TrainerCallback
 
-from . import trl_compat
+from .adapter import compat as trl_compat
 from .core.diversity import batch_diversity, prompt_information, repetition_rates
 from .core.state import state_number
 from .detector import CollapseEvent, HackDetector, rollback_checkpoint

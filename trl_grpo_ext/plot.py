@@ -89,8 +89,8 @@ def panels() -> dict[str, list[tuple[str, list[str]]]]:
 
 def undeclared_panel_keys() -> list[str]:
     """Keys of :data:`PANELS` that no owner declares (a renamed or mistyped metric; empty when all is well)."""
+    from .adapter.compat import TRL_METRICS
     from .families import declared_metrics
-    from .trl_compat import TRL_METRICS
 
     known = set(TRL_METRICS) | {key for keys in declared_metrics().values() for key in keys}
     return [key for figure in PANELS.values() for _, keys in figure for key in keys if key not in known]

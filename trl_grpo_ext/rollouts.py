@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .trl_compat import (
+from .adapter.compat import (
     combined_rewards,
     policy_logps_at_temperature,
     reference_logps,
@@ -137,7 +137,7 @@ class RolloutService:
     ``_generate``, ``_calculate_rewards``, ``_get_per_token_logps_and_entropies``, ``_metrics``, ``_tokenizer``,
     ``generation_config``, ``vllm_generation``, ``use_vllm``, ``vllm_importance_sampling_*``, ``reward_weights``,
     ``eos_token_ids``, ``pad_to_multiple_of``, ``mask_truncated_completions``, and the ``ref_model`` through
-    :func:`~trl_grpo_ext.trl_compat.reference_logps`.
+    :func:`~trl_grpo_ext.adapter.compat.reference_logps`.
 
     Args:
         trainer: the ``GRPOTrainer`` whose model, reward functions and dataset the rollouts use.

@@ -30,7 +30,6 @@ import os
 import re
 import sys
 import tempfile
-import warnings
 from typing import Any
 
 import torch
@@ -40,7 +39,16 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from . import trl_compat
+from .adapter import compat as trl_compat
+from .adapter import versions
+from .adapter.compat import (
+    aggregate_like_loss_type,
+    combined_rewards,
+    default_output_dir,
+    prepare_scoring_model,
+    reward_kwargs,
+    trl_policy_weight,
+)
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
@@ -49,15 +57,6 @@ from .families.base import KEEP_KEY, GenerationUpdate
 from .families.contracts import Receiver
 from .families.observers import OBSERVERS
 from .rollouts import RolloutService, apply_splice
-from .trl_compat import (
-    TRL_VERSION,
-    aggregate_like_loss_type,
-    combined_rewards,
-    default_output_dir,
-    prepare_scoring_model,
-    reward_kwargs,
-    trl_policy_weight,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -543,12 +542,6 @@ class GRPOExtTrainer(GRPOTrainer):
                 "GRPOConfig field: replace GRPOConfig(...) with GRPOExtConfig(...)."
             )
         args.validate()  # a field changed since the config was built gets the error construction would have given
-        if not trl.__version__.startswith(TRL_VERSION + "."):
-            warnings.warn(
-                f"trl_grpo_ext hooks private methods of TRL {TRL_VERSION}.x but TRL {trl.__version__} is installed; "
-                f"install trl>={TRL_VERSION},<1.17 (the contract tests in tests/test_trl_contract.py say what broke).",
-                stacklevel=2,
-            )
         selected = {switch: registry.get(getattr(args, switch)) for switch, registry in FAMILIES.items()}
         if step_reward_funcs is not None and not any("scoring_model" in m.host_capabilities for m in selected.values()):
             # host.step_reward_funcs needs the capability: no selected member would read them
@@ -700,7 +693,7 @@ class GRPOExtTrainer(GRPOTrainer):
         if scored is None:
             raise RuntimeError(
                 "GRPOExtTrainer: TRL's _generate_and_score_completions did not call _calculate_rewards; this TRL "
-                f"version ({trl.__version__}) is not supported (use trl>={TRL_VERSION},<1.17)."
+                f"version ({trl.__version__}) is not supported (use trl{versions.supported_range()})."
             )
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
@@ -780,7 +773,7 @@ class GRPOExtTrainer(GRPOTrainer):
         if ctx.forward_logps is None:
             raise RuntimeError(
                 "GRPOExtTrainer: TRL's _compute_loss did not call _get_per_token_logps_and_entropies; this TRL version "
-                f"({trl.__version__}) is not supported (use trl>={TRL_VERSION},<1.17)."
+                f"({trl.__version__}) is not supported (use trl{versions.supported_range()})."
             )
         with self.ext_clock.measure():
             for extension in self.extensions.values():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trl_grpo_ext.trl_compat import policy_logps_at_temperature
+from trl_grpo_ext.adapter.compat import policy_logps_at_temperature
 
 
 @dataclass

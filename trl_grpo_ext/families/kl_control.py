@@ -7,10 +7,10 @@ import math
 
 import torch
 
+from ..adapter.compat import per_token_kl
 from ..core.diversity import distinct_n_batch
 from ..core.kl_control import AdaptiveKLController, DiversityKLController
 from ..names import config_error
-from ..trl_compat import per_token_kl
 from .base import KL_CONTROLLERS, Extension, GenerationBatch, LossContext, Off
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import torch
 
+from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
-from ..trl_compat import PER_SEQUENCE_LOSS_TYPES
 from .base import KEEP_KEY, SAMPLE_FILTERS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .names import KNOWN_LOSS_TYPES, PER_SEQUENCE_LOSS_TYPES, TOKEN_COUNT_LOSS_TYPES, TRL_VERSION  # noqa: F401
+from ..names import KNOWN_LOSS_TYPES, PER_SEQUENCE_LOSS_TYPES, TOKEN_COUNT_LOSS_TYPES, TRL_VERSION  # noqa: F401
 
 
 def aggregate_like_loss_type(
