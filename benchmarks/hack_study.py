@@ -56,7 +56,7 @@ KEPT = (
 def testbed_module(name: str):
     import importlib
 
-    return importlib.import_module(f"trl_grpo_ext.testbeds.{name}")
+    return importlib.import_module(f"trl_grpo_ext.lab.testbeds.{name}")
 
 
 def run_path(out: Path, testbed: str, arm: str, warm_start: int, seed: int) -> Path:
@@ -70,9 +70,10 @@ def run_one(job: dict) -> dict:
     torch.set_num_threads(1)
     from transformers import AutoTokenizer, TrainerCallback, set_seed
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer, testbed
-    from trl_grpo_ext.evaluation import GoldRecorder, sample_completions
-    from trl_grpo_ext.testbeds import length_bias
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.lab import testbed
+    from trl_grpo_ext.lab.evaluation import GoldRecorder, sample_completions
+    from trl_grpo_ext.lab.testbeds import length_bias
 
     start = time.time()
     bed = testbed_module(job["testbed"])

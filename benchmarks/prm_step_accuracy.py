@@ -27,7 +27,8 @@ import torch
 from collapse_setting import chains_warm_start, default_cache, train_chains_setting
 from transformers import AutoModelForCausalLM
 
-from trl_grpo_ext import GRPOExtTrainer, testkit
+from trl_grpo_ext import GRPOExtTrainer
+from trl_grpo_ext.lab import testkit
 from trl_grpo_ext.prm import segment_completion
 
 METHODS = {

@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest import last_logs, scored_batch
 
-from trl_grpo_ext import testkit
 from trl_grpo_ext.config import AEPO_0_1_0
 from trl_grpo_ext.core.aepo import (
     aepo_below_target,
@@ -19,6 +18,7 @@ from trl_grpo_ext.core.aepo import (
     aepo_sample_count,
     aepo_temperature,
 )
+from trl_grpo_ext.lab import testkit
 
 
 def test_temperature_switch():

@@ -278,6 +278,46 @@ def test_no_module_level_import_cycle():
     assert "trl_grpo_ext.callbacks" not in graph["trl_grpo_ext.config"]
 
 
+def _all_imports(path: Path, package: str) -> set[str]:
+    """Every module ``path`` imports, at any level (functions included), absolute names."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+#: The library functions allowed to load the lab (the offline tasks it defines), each inside a function.
+LAB_LOADERS = {"trl_grpo_ext.rewards", "trl_grpo_ext.data"}
+
+
+def test_the_library_does_not_import_the_lab():
+    """The library (everything outside trl_grpo_ext/lab) imports no lab module at module level, and only the two
+    loaders of the offline tasks import it at all (inside a function); the lab imports the library, not the reverse."""
+    modules = _modules()
+    lab = {name for name in modules if name == "trl_grpo_ext.lab" or name.startswith("trl_grpo_ext.lab.")}
+    assert {"trl_grpo_ext.lab.testbed", "trl_grpo_ext.lab.testkit", "trl_grpo_ext.lab.testbeds.length_bias"} <= lab
+    problems = []
+    for name, path in modules.items():
+        if name in lab:
+            continue
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        eager = _module_level_imports(name, path, modules) & lab
+        anywhere = {m for m in _all_imports(path, package) if m in lab}
+        if eager or (anywhere and name not in LAB_LOADERS):
+            problems.append(f"{name} imports {sorted(eager or anywhere)}")
+    assert not problems, problems
+    assert not (PACKAGE / "testbed.py").exists() and not (PACKAGE / "testbeds").exists()
+
+
 FRESH = [
     "trl_grpo_ext.config",
     "trl_grpo_ext.families.base",

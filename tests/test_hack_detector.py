@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import TINY_ARGS, last_logs
 
-from trl_grpo_ext import testkit
 from trl_grpo_ext.core.diversity import prompt_information
 from trl_grpo_ext.core.hack_detection import DriftRule, drift_alarm, drift_from_best, trailing_mean
 from trl_grpo_ext.detector import CollapseEvent, HackDetector, rollback_checkpoint
+from trl_grpo_ext.lab import testkit
 
 # ---------------------------------------------------------------------------------------------------------------- core
 

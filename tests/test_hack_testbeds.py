@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from trl_grpo_ext import testbed
-from trl_grpo_ext.evaluation import GoldRecorder, gold_peak
-from trl_grpo_ext.testbeds import keyword_bias, round_bias
+from trl_grpo_ext.lab import testbed
+from trl_grpo_ext.lab.evaluation import GoldRecorder, gold_peak
+from trl_grpo_ext.lab.testbeds import keyword_bias, round_bias
 
 
 def test_keyword_proxy_pays_for_the_closing_word_gold_does_not():

@@ -11,7 +11,6 @@ from typing import Any
 
 from datasets import Dataset, load_dataset
 
-from . import testkit
 from .core.registry import Registry
 
 SYSTEM_PROMPT = (
@@ -84,6 +83,8 @@ def load_math_dataset(
     if name == "synthetic":
         # Disjoint seeds per split: held-out problems are drawn independently of the training stream.
         split_seed = {"train": seed + 1, "test": 10_000 + seed}.get(split, seed + 2)
+        from .lab import testkit  # the offline task is the lab's
+
         return testkit.multistep_dataset(num_examples or 20_000, seed=split_seed, num_ops=synthetic_num_ops, ops="+")
     ext = name.rsplit(".", 1)[-1].lower() if "." in os.path.basename(name) else ""
     builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(ext)

@@ -33,9 +33,9 @@ _LOCK = threading.Lock()
 def _registries() -> None:
     """Build ``REWARD_FUNCS`` (outcome rewards: one float or None per completion) and ``STEP_REWARD_FUNCS`` (one list
     of floats per completion, one per step) once."""
-    from .. import testbed, testkit
     from ..core.registry import Registry
-    from ..testbeds import forks, length_bias
+    from ..lab import testbed, testkit  # the offline tasks' rewards, named by the recipe's configs
+    from ..lab.testbeds import forks, length_bias
     from .math import boxed_format_reward, math_accuracy_reward
 
     rewards = Registry("reward_func", symbol="REWARD_FUNCS")

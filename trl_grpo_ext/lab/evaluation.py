@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from ..core.diversity import distinct_n, pass_at_k
+from ..prm.segmentation import segment_completion
 from . import testkit
-from .core.diversity import distinct_n, pass_at_k
-from .prm.segmentation import segment_completion
 
 
 def pass_at_k_ks(n: int) -> list[int]:

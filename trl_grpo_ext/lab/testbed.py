@@ -40,8 +40,8 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
+from ..core.diversity import distinct_n_batch, pass_at_k, repetition_rate
 from . import testkit
-from .core.diversity import distinct_n_batch, pass_at_k, repetition_rate
 from .evaluation import greedy_completions, proxy_gold_gap
 
 #: The careless teacher's answer = the sum + an offset drawn with these probabilities.
@@ -178,8 +178,9 @@ def warm_start(
 ) -> str:
     """The SFT warm start for ``seed``, built once into ``cache_dir`` and reused; returns its path.
 
-    A random tiny Llama (:func:`trl_grpo_ext.testkit.build_tiny_model`) trained by TRL's ``SFTTrainer`` for one epoch on
-    ``examples`` fresh rows of :func:`sft_dataset` (global batch ``batch_size``, linear decay from ``learning_rate``).
+    A random tiny Llama (:func:`trl_grpo_ext.lab.testkit.build_tiny_model`) trained by TRL's ``SFTTrainer`` for one
+    epoch on ``examples`` fresh rows of :func:`sft_dataset` (global batch ``batch_size``, linear decay from
+    ``learning_rate``).
     Under ``accelerate`` / ``torchrun`` call it on every process, like any trainer: they train together and the main
     process writes the folder (to a temporary name, renamed when complete).
     """
@@ -318,9 +319,9 @@ def evaluate(
     ``samples``.
 
     ``proxy``: where training optimises a proxy of ``reward`` (TRL reward signature; e.g.
-    :func:`trl_grpo_ext.testbeds.length_bias.proxy_reward`), the same sampled completions are also scored by it:
+    :func:`trl_grpo_ext.lab.testbeds.length_bias.proxy_reward`), the same sampled completions are also scored by it:
     ``proxy`` (its mean), ``gap`` (``proxy`` minus the mean gold score, i.e. ``pass_at_1``;
-    :func:`trl_grpo_ext.evaluation.proxy_gold_gap`), ``length`` (mean characters of a completion) and ``repetition``
+    :func:`trl_grpo_ext.lab.evaluation.proxy_gold_gap`), ``length`` (mean characters of a completion) and ``repetition``
     (mean fraction of a completion's character 3-grams that repeat an earlier one).
     """
     reward = answer_reward if reward is None else reward
