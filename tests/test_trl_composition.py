@@ -12,11 +12,11 @@ from conftest import aggregate_single_process, last_logs, policy_logps, random_a
 
 from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.adapter.compat import policy_logps_at_temperature, vllm_importance_sampling_ratio
+from trl_grpo_ext.adapter.rollouts import Rollout
 from trl_grpo_ext.core.aepo import high_entropy_mask
 from trl_grpo_ext.core.diversity import distinct_n_batch
 from trl_grpo_ext.families.sample_filter import KEEP_KEY
 from trl_grpo_ext.lab import testkit
-from trl_grpo_ext.rollouts import Rollout
 
 
 def _capture_selection(trainer):

@@ -230,7 +230,7 @@ def test_rollout_tensors_parity_with_trls_padding(make_trainer, train_dataset, s
     """rollouts.rollout_tensors (how AEPO's and dynamic sampling's rows are padded before they join TRL's batch) pads
     exactly as TRL 1.16's _generate_and_score_completions pads its own batch: the same rows, given as the token lists
     TRL's _generate returns, come back as TRL's prompt / completion ids and masks."""
-    from trl_grpo_ext.rollouts import Rollout, rollout_tensors
+    from trl_grpo_ext.adapter.rollouts import Rollout, rollout_tensors
 
     trainer = make_trainer(max_completion_length=6, **settings)
     generated = {}

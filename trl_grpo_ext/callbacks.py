@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from transformers import TrainerCallback
 
-from .adapter import compat as trl_compat
+from .adapter.plain import PlainTRLSource
 from .core.diversity import batch_diversity, prompt_information, repetition_rates
 from .core.state import state_number
 from .detector import CollapseEvent, HackDetector, rollback_checkpoint
@@ -114,70 +114,6 @@ def _clock(source):
     """The plugin-time clock of the monitor's source (the Host's ``clock``), or nothing to measure with."""
     clock = getattr(source, "clock", None)
     return clock.measure() if clock is not None else contextlib.nullcontext()
-
-
-def _text(completion) -> str:
-    if isinstance(completion, list):
-        return completion[-1]["content"] if completion else ""
-    return completion
-
-
-def _fingerprint(completions) -> tuple | None:
-    """What tells one state of TRL's completions table from another (None while it is empty)."""
-    return (len(completions), id(completions[0]), id(completions[-1])) if completions else None
-
-
-class PlainTRLSource:
-    """The collapse monitor's adapter to a plain ``trl.GRPOTrainer`` (its plain-TRL mode): the few members of the
-    Host the monitor uses (``args``, ``global_step``, ``log``, ``log_column``, ``metric_values``, and for a rollback
-    ``save_checkpoint`` / ``restore_checkpoint``), plus what it pulls there because no hook feeds it: the training
-    completions TRL keeps for its table (re-tokenised) and, through ``metric_values``, the mean token entropy TRL
-    logs for each loss pass. Nothing on the trainer is replaced, so without every token's entropy the plain-TRL mode
-    logs ``entropy/mean`` (TRL's values of the step, averaged) but no percentiles and no low fraction
-    (``GRPOExtTrainer`` feeds the monitor every token's entropy)."""
-
-    feeds_collapse_monitor = False
-    clock = None  # plain TRL keeps no plugin-time clock
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.args = trainer.args
-        self._fingerprint = None
-
-    @property
-    def global_step(self) -> int:
-        return self.trainer.state.global_step
-
-    def log(self, mode: str, name: str, value: float) -> None:
-        self.trainer._metrics[mode][name].append(value)
-
-    def log_column(self, name: str, values: list) -> None:
-        self.trainer._logs["extra"][name].extend(values)
-
-    def metric_values(self, mode: str, name: str) -> list:
-        return trl_compat.metric_values(self.trainer, mode, name)
-
-    def save_checkpoint(self) -> None:
-        trl_compat.save_checkpoint(self.trainer)
-
-    def restore_checkpoint(self, folder: str) -> None:
-        trl_compat.restore_checkpoint(self.trainer, folder)
-
-    def completion_batch(self):
-        """(ids, mask, group size) of the newest training completions of TRL's table, re-tokenised; None when there
-        are none new (a step that reuses its generation batch, or an evaluation's completions)."""
-        completions = list(self.trainer._logs["completion"])
-        fingerprint = _fingerprint(completions)
-        if fingerprint is None or fingerprint == self._fingerprint:
-            return None
-        self._fingerprint = fingerprint
-        tokenizer = getattr(self.trainer.processing_class, "tokenizer", self.trainer.processing_class)
-        enc = tokenizer([_text(c) for c in completions], add_special_tokens=False, padding=True, return_tensors="pt")
-        return enc["input_ids"], enc["attention_mask"], self.trainer.num_generations
-
-    def mark_completions_seen(self) -> None:
-        """An evaluation just filled TRL's table: its completions are not training data."""
-        self._fingerprint = _fingerprint(self.trainer._logs["completion"]) or self._fingerprint
 
 
 class CollapseMonitor(TrainerCallback):

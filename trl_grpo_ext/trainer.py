@@ -10,8 +10,8 @@ Overridden TRL 1.16 methods (and why):
     ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save and restore extension state (TRL's own pattern).
 
 Extensions never see the trainer: :class:`TrainerHost` (below) is their only door to TRL, with the
-:class:`~trl_grpo_ext.rollouts.RolloutService` for the members that generate outside TRL's batch; every TRL name used
-here is listed in ``trl_compat.TRL_SURFACE`` (``tests/test_boundary.py``).
+:class:`~trl_grpo_ext.adapter.rollouts.RolloutService` for the members that generate outside TRL's batch; every TRL
+name used here is listed in ``adapter.compat.TRL_SURFACE`` (``tests/test_boundary.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from .adapter.compat import (
     reward_kwargs,
     trl_policy_weight,
 )
+from .adapter.rollouts import RolloutService, apply_splice
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
@@ -56,7 +57,6 @@ from .families import FAMILIES, TRAINER_METRICS, Extension, GenerationBatch, Los
 from .families.base import KEEP_KEY, GenerationUpdate
 from .families.contracts import Receiver
 from .families.observers import OBSERVERS
-from .rollouts import RolloutService, apply_splice
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class TrainerHost:
     ``epsilon_high``, ``scale_rewards``, ``reward_weights``, ``reward_funcs``, ``environments``,
     ``top_entropy_quantile``, ``eos_token_ids``, ``max_completion_length``, ``current_gradient_accumulation_steps``
     (pinned by ``tests/test_trl_contract.py``). Generation, scoring and forwards outside TRL's batch are the
-    :class:`~trl_grpo_ext.rollouts.RolloutService`'s (``rollouts``, for the members that declare ``rollout``).
+    :class:`~trl_grpo_ext.adapter.rollouts.RolloutService`'s (``rollouts``, for the members that declare ``rollout``).
     """
 
     #: The collapse monitor built on a host is fed by the hooks and logs through it (see CollapseMonitor).
@@ -745,8 +745,8 @@ class GRPOExtTrainer(GRPOTrainer):
             out[KEEP_KEY] = local_keep
 
     def _apply_splice(self, batch: GenerationBatch, splice) -> None:
-        """Write a member's :class:`~trl_grpo_ext.rollouts.Splice` into TRL's batch (the rollout mechanism of
-        :mod:`trl_grpo_ext.rollouts`; a method so that tests can watch it)."""
+        """Write a member's :class:`~trl_grpo_ext.adapter.rollouts.Splice` into TRL's batch (the rollout mechanism of
+        :mod:`trl_grpo_ext.adapter.rollouts`; a method so that tests can watch it)."""
         apply_splice(batch.output, splice, self.ext_rollouts, keep_key=KEEP_KEY)
 
     def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -2,9 +2,10 @@
 
 An extension never sees the trainer: it gets a :class:`Host`, the one door to TRL (beta, metric logging, loss-type
 aggregation, seeded generators, collectives, the tokenizer, and for the members that generate outside TRL's batch the
-rollout service of :mod:`trl_grpo_ext.rollouts`). Every access to TRL's private attributes lives behind it, in
-``trl_grpo_ext/trainer.py`` (``TrainerHost``) and ``trl_grpo_ext/rollouts.py`` (``RolloutService``); a TRL upgrade
-touches those and ``trl_compat.py``, and ``tests/test_boundary.py`` fails if a family module reaches past the host.
+rollout service of :mod:`trl_grpo_ext.adapter.rollouts`). Every access to TRL's private attributes lives behind it,
+in ``trl_grpo_ext/trainer.py`` (``TrainerHost``) and the adapter package ``trl_grpo_ext/adapter`` (``RolloutService``,
+the copies of TRL code); a TRL upgrade touches those, and ``tests/test_boundary.py`` fails if a family module reaches
+past the host.
 
 A member sees the host through a :class:`HostView`: what changes TRL's run beyond the loss (generating and scoring
 rollouts, setting beta, dropping the ratio clip, callbacks, a scoring model) is in :data:`CAPABILITIES`, and a member
@@ -22,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
+from ..adapter.rollouts import RolloutService, Splice
 from ..core.collectives import Collectives
 
 # The registries live in trl_grpo_ext.names (the config validates against them without importing the families).
@@ -36,7 +38,6 @@ from ..names import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TO
     TOKEN_CLIPS,
     registry_for,
 )
-from ..rollouts import RolloutService, Splice
 from .contracts import Receiver, check_member_class, check_selection
 
 
@@ -47,7 +48,8 @@ class Host(Protocol):
     collectives: Collectives  #: sums / concatenations over all processes
     beta: float  #: KL coefficient TRL reads live in its loss (settable)
     clock: Any  #: the trainer's ``ExtClock`` of plugin time (work outside the hooks, a callback, measures with it)
-    #: generation, scoring and forwards outside TRL's batch (the ``rollout`` capability; :mod:`trl_grpo_ext.rollouts`)
+    #: generation, scoring and forwards outside TRL's batch (the ``rollout`` capability;
+    #: :mod:`trl_grpo_ext.adapter.rollouts`)
     rollouts: RolloutService
 
     @property

@@ -183,7 +183,7 @@ class Receiver:
     def generation_update(self, member, update, *, rows: int):
         """``on_generation``'s return: None or a ``GenerationUpdate`` whose (N,) / (N, T') advantages are finite floats
         and (N,) keep flags are booleans, N = ``rows`` (every process's rows)."""
-        from ..rollouts import Splice
+        from ..adapter.rollouts import Splice
         from .base import GenerationUpdate
 
         if update is None:
@@ -211,7 +211,7 @@ class Receiver:
                 member,
                 "on_generation",
                 f"splice is {_describe(update.splice)}",
-                "return a trl_grpo_ext.rollouts.Splice",
+                "return a trl_grpo_ext.adapter.rollouts.Splice",
             )
         return update
 

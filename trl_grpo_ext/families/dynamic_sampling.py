@@ -8,9 +8,9 @@ from typing import ClassVar
 
 import torch
 
+from ..adapter.rollouts import Rollout, Splice
 from ..core.sample_filter import pf_keep_mask
 from ..names import config_error
-from ..rollouts import Rollout, Splice
 from .base import SAMPLE_FILTERS, GenerationBatch, GenerationUpdate
 from .sample_filter import PolicyFilter
 
@@ -26,7 +26,7 @@ class DynamicSampling(PolicyFilter):
     prompts from ``train_dataset`` (uniformly, a generator seeded per process and step; from a streaming dataset, the
     stream's next rows of this process's share), generates and scores a group
     for each through TRL's own ``_generate`` and reward functions (the rollout mechanism AEPO's regeneration uses,
-    :mod:`trl_grpo_ext.rollouts`), and puts the new groups that have signal in place of those without, with the
+    :mod:`trl_grpo_ext.adapter.rollouts`), and puts the new groups that have signal in place of those without, with the
     advantages the configured estimator gives them (``RolloutService.group_advantages``: GRPO's group-normalised ones
     with ``scale_rewards`` and ``advantage_std`` as configured, over the new groups; PKPO's weights). It repeats until
     no process has a group without signal or ``dynamic_sampling_max_rounds`` rounds ran.

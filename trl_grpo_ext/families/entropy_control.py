@@ -8,6 +8,7 @@ import time
 
 import torch
 
+from ..adapter.rollouts import Rollout, Splice, rollout_tensors
 from ..core.aepo import (
     aepo_below_target,
     aepo_candidates,
@@ -19,7 +20,6 @@ from ..core.aepo import (
 )
 from ..core.state import state_number
 from ..names import config_error
-from ..rollouts import Rollout, Splice, rollout_tensors
 from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
 
 logger = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class AEPO(Extension):
     @torch.no_grad()
     def _build_chunks(self, rollout: Rollout, rows: list[int]) -> list[dict[str, torch.Tensor]]:
         """Term mode: the kept samples in ``steps_per_generation`` micro-chunks of one fixed size, padded as TRL pads
-        its batch (:func:`~trl_grpo_ext.rollouts.rollout_tensors`), with old log-probs and, under vLLM's
+        its batch (:func:`~trl_grpo_ext.adapter.rollouts.rollout_tensors`), with old log-probs and, under vLLM's
         correction, TRL's IS ratio.
 
         Every process builds ``steps_per_generation`` chunks whatever it kept: a chunk with no sample of this process

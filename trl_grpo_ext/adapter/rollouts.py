@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .adapter.compat import (
+from .compat import (
     combined_rewards,
     policy_logps_at_temperature,
     reference_logps,
