@@ -263,6 +263,7 @@ def report(out: Path, settings: dict | None = None) -> str:
                 f"{lag_line(j['leads'])} |"
             )
     lines += ["", *rise_lines(runs), "", *paired_lines(runs, settings), "", *rollback_lines(runs, settings)]
+    lines += ["", *false_alarm_lines(runs, settings)]
     check = rollback_check_lines(runs, settings)
     if check:
         lines += ["", *check]
@@ -324,6 +325,36 @@ def rollback_lines(runs, settings: dict) -> list[str]:
             f"| {moved}/{len(vanilla)} |"
         )
     return lines
+
+
+def gap(run: dict, steps: range) -> float:
+    """Mean proxy - gold of the run's training batches over ``steps`` (the logged reward minus the gold kept aside):
+    what the proxy pays that gold does not."""
+    values = [
+        run["steps_log"][str(s)]["reward"] - run["train_gold"][str(s)]
+        for s in steps
+        if str(s) in run["steps_log"] and str(s) in run["train_gold"]
+    ]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def false_alarm_lines(runs, settings: dict) -> list[str]:
+    """The runs that held gold yet alarmed: which signal fired, and the proxy - gold gap of their training batches
+    over the first and the last 20 steps (a gap that grows is a hack that began without costing a fifth of gold)."""
+    lines = []
+    for testbed in TESTBEDS:
+        for arm in ARMS:
+            for (w, g), run in sorted(runs.get((testbed, arm), {}).items()):
+                alarm = replay(run, settings)
+                if alarm is None or outcome(run, "test") != "held":
+                    continue
+                last = max(int(s) for s in run["steps_log"])
+                lines.append(
+                    f"- {testbed} {arm} w{w}-g{g}: {alarm.signal} at step {alarm.step}; proxy - gold gap "
+                    f"{gap(run, range(1, 21)):.3f} (steps 1-20) -> {gap(run, range(last - 19, last + 1)):.3f} "
+                    f"(last 20)"
+                )
+    return ["Runs that held gold and alarmed:", *lines] if lines else []
 
 
 def rollback_check_lines(runs, settings: dict) -> list[str]:
