@@ -2,9 +2,9 @@
 
 The test does what the page says in a copy of the package and its docs: a token clip as a new module of
 ``trl_grpo_ext/families/``, its docs page, its row in docs/index.md's families table, and the switch's ``Literal`` in
-config.py. With the four edits the registry tests pass in the copy (the member trains and logs its metric, ``--help``
-lists it, its page is linked); leaving out any one of them fails one of those tests. Nothing in trainer.py or
-families/__init__.py is touched.
+its config section (config/token_clip.py). With the four edits the registry tests pass in the copy (the member trains
+and logs its metric, ``--help`` lists it, its page is linked); leaving out any one of them fails one of those tests.
+Nothing in trainer.py or families/__init__.py is touched.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _edit(repo: Path, skip: str | None) -> None:
         new_row = " | ".join([switch, values + ', `"zero_guard"`', pages])
         index.write_text(text.replace(row, new_row))
     if skip != "literal":
-        config = repo / "trl_grpo_ext" / "config.py"
+        config = repo / "trl_grpo_ext" / "config" / "token_clip.py"
         text = config.read_text()
         assert LITERAL in text, "the token_clip Literal moved: update this test"
         config.write_text(text.replace(LITERAL, LITERAL[:-1] + ', "zero_guard"]'))

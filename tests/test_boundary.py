@@ -59,7 +59,7 @@ def test_family_modules_touch_only_the_host(path):
 
 
 def test_extensions_receive_the_host_not_the_trainer(make_trainer):
-    from trl_grpo_ext.trainer import TrainerHost
+    from trl_grpo_ext.adapter.host import TrainerHost
 
     trainer = make_trainer(
         token_clip="clip_cov", sample_filter="best_of_n", kl_control="adaptive", beta=0.04, entropy_control="aepo"
@@ -176,18 +176,41 @@ def _names_used_on_trl(path: Path, owners=("self", "trainer", "self._trainer")) 
     return used
 
 
-@pytest.mark.parametrize("module", sorted(p.name for p in PACKAGE.rglob("*.py")))
-def test_trl_private_names_only_in_the_declared_files(module):
-    """TRL's private names appear only in the adapter package (trl_grpo_ext/adapter: the rollout service, the
-    plain-TRL source of the monitor, the copies) and trainer.py (the overrides): a TRL port touches those."""
+@pytest.mark.parametrize(
+    "module", sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.parent.name != "adapter")
+)
+def test_trl_private_names_only_in_the_adapter(module):
+    """TRL's private names (read, called or overridden) appear only in the adapter package (trl_grpo_ext/adapter: the
+    overrides of TRL's hooks, the host, the rollout service, the plain-TRL source of the monitor, the copies): a TRL
+    port touches it alone. Every other module of the package is checked, one by one."""
     from trl_grpo_ext.adapter.compat import TRL_SURFACE
 
-    path = next(PACKAGE.rglob(module))
-    allowed = {"trainer.py"} | {p.name for p in (PACKAGE / "adapter").glob("*.py")}
-    private = {name for name in TRL_SURFACE if name.startswith("_")} - {"_save_checkpoint", "_step"}
-    tree = ast.parse(path.read_text())
+    private = {name for name in TRL_SURFACE if name.startswith("_")}
+    tree = ast.parse((PACKAGE / module).read_text())
     touched = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in private}
-    assert module in allowed or not touched, f"{module} touches TRL internals {sorted(touched)}"
+    touched |= {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name in private}
+    assert not touched, f"{module} touches TRL internals {sorted(touched)}"
+
+
+def test_the_adapter_overrides_the_hooks_and_the_trainer_does_not():
+    """The six TRL methods the plugin overrides are defined in ``TRLHooks`` (the adapter) and nowhere in
+    ``GRPOExtTrainer``, which reaches them only through its ``ext_*`` methods."""
+    from trl_grpo_ext.adapter.hooks import TRLHooks
+    from trl_grpo_ext.trainer import GRPOExtTrainer
+
+    hooks = {
+        "_calculate_rewards",
+        "_generate_and_score_completions",
+        "_compute_loss",
+        "_get_per_token_logps_and_entropies",
+        "_save_checkpoint",
+        "_load_optimizer_and_scheduler",
+    }
+    assert hooks <= set(vars(TRLHooks)) and not hooks & set(vars(GRPOExtTrainer))
+    assert GRPOExtTrainer.__bases__ == (TRLHooks,)
+    # every ext_* method TRLHooks calls is GRPOExtTrainer's own (TRLHooks' stubs raise NotImplementedError)
+    called = {name for name in vars(TRLHooks) if name.startswith("ext_")}
+    assert called and called <= set(vars(GRPOExtTrainer)), sorted(called - set(vars(GRPOExtTrainer)))
 
 
 def test_trl_private_surface_is_declared_and_exists(make_trainer):
@@ -196,10 +219,16 @@ def test_trl_private_surface_is_declared_and_exists(make_trainer):
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_grpo_ext.adapter.compat import TRL_OPTIONAL_SURFACE, TRL_SURFACE
+    from trl_grpo_ext.adapter.hooks import TRLHooks
     from trl_grpo_ext.trainer import GRPOExtTrainer
 
-    own = set(vars(GRPOExtTrainer)) | {"ext_collectives", "extensions", "ext_host", "ext_rollouts", "ext_clock"}
+    own = set(vars(GRPOExtTrainer)) | set(vars(TRLHooks))
+    own |= {"ext_collectives", "extensions", "ext_host", "ext_rollouts", "ext_clock"}
     used = (_names_used_on_trl(PACKAGE / "trainer.py") & _trl_owned_names()) - own
+    used |= (_names_used_on_trl(PACKAGE / "adapter" / "hooks.py") & _trl_owned_names()) - own
+    used |= (
+        _names_used_on_trl(PACKAGE / "adapter" / "host.py", owners=("self._trainer", "trainer")) & _trl_owned_names()
+    )
     rollouts = PACKAGE / "adapter" / "rollouts.py"
     used |= _names_used_on_trl(rollouts, owners=("trainer", "self._trainer")) & _trl_owned_names()
     # CollapseMonitor on a plain GRPOTrainer (the public callback) reads TRL's buffers through the adapter's source
@@ -346,7 +375,7 @@ def test_each_key_module_imports_alone_in_a_fresh_interpreter():
 def test_handoff_gives_the_value_to_the_first_inner_call_only():
     """The trainer's two hand-offs between TRL's nested calls: a value exists only while the outer call runs, the
     first inner call takes (or fills) it, later and outside calls get nothing and cannot overwrite it."""
-    from trl_grpo_ext.trainer import HandOff
+    from trl_grpo_ext.adapter.hooks import HandOff
 
     handoff = HandOff("outer")
     assert handoff.take() is None
@@ -368,7 +397,7 @@ def test_handoffs_live_in_the_call_not_on_the_trainer(make_trainer, train_datase
     side-channel attribute), and an open hand-off is invisible to another thread (two trainers in two threads)."""
     import threading
 
-    from trl_grpo_ext.trainer import HandOff
+    from trl_grpo_ext.adapter.hooks import HandOff
 
     trainer = make_trainer(token_clip="clip_cov", entropy_control="aepo", aepo_adv_threshold=0.0)
     scored_batch(trainer, train_dataset)
@@ -409,10 +438,11 @@ def test_one_member_selects_tokens(make_trainer, train_dataset):
         trainer._compute_loss(trainer.model, inputs)
 
 
-def test_config_imports_no_behaviour():
-    """config.py validates against trl_grpo_ext.names (registries, metric names, TRL's loss types), never the
-    families, the monitor or the TRL copies, at module level or inside a check."""
-    tree = ast.parse((PACKAGE / "config.py").read_text())
+@pytest.mark.parametrize("path", sorted((PACKAGE / "config").glob("*.py")), ids=lambda p: p.name)
+def test_config_imports_no_behaviour(path):
+    """The config package validates against trl_grpo_ext.names (registries, metric names, TRL's loss types) and its
+    own section modules, never the families, the monitor or the TRL copies, at module level or inside a check."""
+    tree = ast.parse(path.read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -420,7 +450,8 @@ def test_config_imports_no_behaviour():
         elif isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
     ours = {name for name in imported if name.startswith(".") or name.startswith("trl_grpo_ext")}
-    assert ours == {".names"}, ours
+    sections = {f".{p.stem}" for p in (PACKAGE / "config").glob("*.py") if p.stem != "__init__"}
+    assert ours <= {"..names"} | sections, ours
 
 
 def _args_read_per_class(path: Path) -> dict[str, set[str]]:

@@ -1,4 +1,5 @@
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -260,8 +261,8 @@ def test_without_extensions_is_vanilla_with_the_same_trl_settings():
 
 
 def test_each_section_checks_only_its_own_fields():
-    """A section's ``check`` reads its own fields; what reads another family's or TRL's fields is in
-    ``GRPOExtConfig._check_combinations`` (one place to see how the families and TRL constrain each other)."""
+    """A section's ``check`` reads its own fields; what reads another family's or TRL's fields is in the section's
+    ``check_across`` (its cross-family rules, beside its fields)."""
     import ast
     import inspect
     import textwrap
@@ -277,3 +278,41 @@ def test_each_section_checks_only_its_own_fields():
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
         }
         assert read <= own, f"{section.__name__}.check reads {sorted(read - own)}"
+
+
+def test_one_list_of_sections_makes_the_flat_config_its_switches_and_its_docs():
+    """``SECTIONS`` is the one list: GRPOExtConfig's bases are the sections (then GRPOConfig), its switch list is the
+    sections' switches, its docstring holds every section's, and ``PLUGIN_FIELDS`` is their fields in order."""
+    from trl import GRPOConfig
+
+    from trl_grpo_ext.config import PLUGIN_FIELDS, SECTIONS
+
+    assert GRPOExtConfig.__bases__ == (*reversed(SECTIONS), GRPOConfig)
+    assert GRPOExtConfig.FAMILY_SWITCHES == tuple(s for section in SECTIONS for s in section.switches)
+    assert {"advantage_estimator", "token_clip", "sample_filter", "kl_control", "entropy_control"} <= set(
+        GRPOExtConfig.FAMILY_SWITCHES
+    )
+    assert all(section.__doc__.strip() in GRPOExtConfig.__doc__ for section in SECTIONS)
+    assert PLUGIN_FIELDS == tuple(f.name for section in SECTIONS for f in dataclasses.fields(section))
+    for section in SECTIONS:  # one module per section, named after it
+        assert section.__module__.startswith("trl_grpo_ext.config."), section
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [("kl_beta_max", 1e3), ("aepo_temperature_high", 11.0), ("collapse_repetition_max", 1.5), ("beta", 1e3)],
+)
+def test_a_fields_bounds_are_declared_by_its_section(name, bad):
+    """A section declares its fields' bounds beside them (``field_bounds``; TRL's fields the families read in
+    TRL_FIELD_BOUNDS); a value outside them is refused with the bound, why and an example."""
+    from trl_grpo_ext.config import SECTIONS, TRL_FIELD_BOUNDS
+
+    declared = {}
+    for section in SECTIONS:
+        own = section.__dict__.get("field_bounds", {})
+        assert set(own) <= {f.name for f in dataclasses.fields(section)}, section  # only its own fields
+        declared.update(own)
+    low, high, why, example = declared.get(name) or TRL_FIELD_BOUNDS[name]
+    extra = {"kl_control": "adaptive", "beta": 0.04} if name.startswith("kl_") else {}
+    with pytest.raises(ValueError, match=rf"GRPOExtConfig\.{name}=.*outside \[.*\]: {re.escape(why)}\. Fix: e\.g\."):
+        make(**extra, **{name: bad})

@@ -1,5 +1,5 @@
 """The names the config validates and the code acting on them uses, in one leaf module (it imports only the registry
-class): ``config.py`` reads them here instead of importing the families, the monitor or the TRL copies.
+class): the config package reads them here instead of importing the families, the monitor or the TRL copies.
 
 - the family registries (:data:`FAMILIES`): empty until ``trl_grpo_ext.families`` registers the built-in members
   (the config's ``Literal`` types list those; a name outside them is valid once registered);

@@ -1,15 +1,16 @@
-"""``GRPOExtTrainer``: TRL's ``GRPOTrainer`` composing the anti-collapse families through six small overrides.
+"""``GRPOExtTrainer``: TRL's ``GRPOTrainer`` composing the anti-collapse families.
 
-Overridden TRL 1.16 methods (and why):
-    ``__init__``: check the config, build one extension per family, name failing reward functions in their errors.
-    ``_calculate_rewards``: keep the gathered (N, F) rewards for group-level extensions; refuse infinite rewards.
-    ``_generate_and_score_completions``: run ``on_generation`` hooks (advantages, sample filter) before TRL shuffles.
-    ``_compute_loss``: open a loss context, rescale filtered micro-batches, add extension loss terms.
-    ``_get_per_token_logps_and_entropies``: the only differentiable log-probs; advantages are shaped (they may need
-        the entropies) and token clips act on the log-probs here.
-    ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save and restore extension state (TRL's own pattern).
+TRL's private hooks are overridden in the adapter (:class:`~trl_grpo_ext.adapter.hooks.TRLHooks`), which hands this
+class what each needs through its public ``ext_*`` methods:
+    ``ext_on_rewards``: refuse infinite or huge rewards (TRL's ``_calculate_rewards``).
+    ``ext_on_generation``: run ``on_generation`` hooks (advantages, sample filter) before TRL shuffles the batch.
+    ``ext_loss_context`` / ``ext_finish_loss``: open a loss context, rescale filtered micro-batches, add extension loss
+        terms (around TRL's ``_compute_loss``).
+    ``ext_on_policy_forward``: the only differentiable log-probs; advantages are shaped (they may need the entropies)
+        and token clips act on the log-probs here.
+    ``ext_save_state`` / ``ext_load_state``: save and restore extension state (TRL's own pattern).
 
-Extensions never see the trainer: :class:`TrainerHost` (below) is their only door to TRL, with the
+Extensions never see the trainer: :class:`~trl_grpo_ext.adapter.host.TrainerHost` is their only door to TRL, with the
 :class:`~trl_grpo_ext.adapter.rollouts.RolloutService` for the members that generate outside TRL's batch; every TRL
 name used here is listed in ``adapter.compat.TRL_SURFACE`` (``tests/test_boundary.py``).
 """
@@ -18,13 +19,11 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
-import contextvars
 import copy
 import functools
 import inspect
 import json
 import logging
-import math
 import numbers
 import os
 import re
@@ -33,22 +32,16 @@ import tempfile
 from typing import Any
 
 import torch
-import trl
-from accelerate.utils import gather_object
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOTrainer
 
-from .adapter import compat as trl_compat
-from .adapter import versions
 from .adapter.compat import (
-    aggregate_like_loss_type,
     combined_rewards,
     default_output_dir,
-    prepare_scoring_model,
-    reward_kwargs,
     trl_policy_weight,
 )
+from .adapter.hooks import TRLHooks
+from .adapter.host import TrainerHost
 from .adapter.rollouts import RolloutService, apply_splice
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import PLUGIN_FIELDS, GRPOExtConfig
@@ -86,251 +79,6 @@ class AccelerateCollectives:
         padded[: tensor.numel()] = tensor.to(padded.device)
         gathered = acc.gather(padded.to(acc.device)).view(len(lengths), width)  # (world, width)
         return torch.cat([gathered[i, :n] for i, n in enumerate(lengths)])
-
-
-class HandOff:
-    """One value handed between two of the trainer's overrides where TRL 1.16 calls one inside the other and passes
-    nothing between them (``_calculate_rewards`` inside ``_generate_and_score_completions``,
-    ``_get_per_token_logps_and_entropies`` inside ``_compute_loss``).
-
-    The value lives in a context variable for the length of the outer override's ``super()`` call (``with
-    handoff.open(value) as slot``), not on the trainer: the trainer holds no state between its calls. The first inner
-    call that wants the value takes it (:meth:`take`) or fills an empty slot (:meth:`put`). Outside the outer call, and
-    for every later inner call of the same outer call, there is nothing to take or fill: a forward or a scoring that a
-    member runs itself (AEPO's regenerated samples) can neither read nor overwrite the batch's value. Context variables
-    are per thread (and per asyncio task), so two trainers in two threads never see each other's values.
-    """
-
-    def __init__(self, name: str):
-        self.name = name
-        self._slot: contextvars.ContextVar[list | None] = contextvars.ContextVar(f"trl_grpo_ext.{name}", default=None)
-
-    @contextlib.contextmanager
-    def open(self, value=None):
-        if self._slot.get() is not None:
-            raise RuntimeError(f"{self.name}: opened again inside its own call (TRL's call order changed?)")
-        slot = [value]
-        token = self._slot.set(slot)
-        try:
-            yield slot
-        finally:
-            self._slot.reset(token)
-
-    def take(self):
-        """The value, once per opening (None after it is taken, and while closed)."""
-        slot = self._slot.get()
-        if slot is None:
-            return None
-        value, slot[0] = slot[0], None
-        return value
-
-    def put(self, value) -> None:
-        """Fill the open slot if it is still empty (the first inner call wins); nothing while closed."""
-        slot = self._slot.get()
-        if slot is not None and slot[0] is None:
-            slot[0] = value
-
-
-#: What TRL's own scoring of a generation batch gives the batch's hooks (rewards and rows as TRL scored them).
-SCORED = HandOff("_generate_and_score_completions")
-#: The loss context of a micro-batch, filled by TRL's policy forward inside ``_compute_loss``.
-LOSS_CONTEXT = HandOff("_compute_loss")
-
-
-class TrainerHost:
-    """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: everything the extensions use of TRL.
-
-    TRL 1.16 private surface used here: ``_metrics``, ``_logs``, ``_step``, ``_tokenizer``, ``_dist``,
-    ``_log_completion_extra``, ``_log_metric``, and the attributes ``beta``, ``loss_type``, ``epsilon_low`` /
-    ``epsilon_high``, ``scale_rewards``, ``reward_weights``, ``reward_funcs``, ``environments``,
-    ``top_entropy_quantile``, ``eos_token_ids``, ``max_completion_length``, ``current_gradient_accumulation_steps``
-    (pinned by ``tests/test_trl_contract.py``). Generation, scoring and forwards outside TRL's batch are the
-    :class:`~trl_grpo_ext.adapter.rollouts.RolloutService`'s (``rollouts``, for the members that declare ``rollout``).
-    """
-
-    #: The collapse monitor built on a host is fed by the hooks and logs through it (see CollapseMonitor).
-    feeds_collapse_monitor = True
-
-    def __init__(self, trainer: GRPOExtTrainer):
-        self._trainer = trainer
-        self.args = trainer.args
-        self.collectives = trainer.ext_collectives
-        self.clock = trainer.ext_clock
-
-    # ------------------------------------------------------------------ state
-    @property
-    def beta(self) -> float:
-        return self._trainer.beta
-
-    @beta.setter
-    def beta(self, value: float) -> None:
-        self._trainer.beta = value
-
-    @property
-    def loss_type(self) -> str:
-        return self._trainer.loss_type
-
-    @property
-    def device(self):
-        return self._trainer.accelerator.device
-
-    @property
-    def num_processes(self) -> int:
-        return self._trainer.accelerator.num_processes
-
-    @property
-    def global_step(self) -> int:
-        return self._trainer.state.global_step
-
-    @property
-    def max_steps(self) -> int:
-        """The optimizer steps of this training run (0 before it starts)."""
-        return self._trainer.state.max_steps
-
-    @property
-    def micro_step(self) -> int:
-        return self._trainer._step
-
-    @property
-    def accumulation_steps(self) -> int:
-        return self._trainer.ext_accumulation_steps()
-
-    @property
-    def step_end(self) -> bool:
-        return self._trainer.accelerator.sync_gradients
-
-    @property
-    def tokenizer(self):
-        return self._trainer._tokenizer
-
-    @property
-    def scale_rewards(self) -> str:
-        return self._trainer.scale_rewards
-
-    @property
-    def top_entropy_quantile(self) -> float:
-        return self._trainer.top_entropy_quantile
-
-    @property
-    def step_reward_funcs(self) -> list:
-        return self._trainer.step_reward_funcs
-
-    @property
-    def ratio_clip(self) -> tuple[float, float]:
-        return self._trainer.epsilon_low, self._trainer.epsilon_high
-
-    def drop_ratio_clip(self) -> None:
-        self._trainer.epsilon_low = math.inf
-        self._trainer.epsilon_high = math.inf
-
-    # ------------------------------------------------------------------ services
-    def log(self, mode: str, name: str, value: float) -> None:
-        self._trainer._metrics[mode][name].append(float(value))
-
-    def log_column(self, name: str, values: list) -> None:
-        """Extend a column of TRL's completions table (one value per row of the last batch)."""
-        self._trainer._logs["extra"][name].extend(values)
-
-    def add_callback(self, callback) -> None:
-        self._trainer.add_callback(callback)
-
-    def metric_values(self, mode: str, name: str) -> list:
-        return trl_compat.metric_values(self._trainer, mode, name)
-
-    def save_checkpoint(self) -> None:
-        trl_compat.save_checkpoint(self._trainer)
-
-    def restore_checkpoint(self, folder: str) -> None:
-        trl_compat.restore_checkpoint(self._trainer, folder)
-
-    @property
-    def rollouts(self) -> RolloutService:
-        return self._trainer.ext_rollouts
-
-    @torch.no_grad()
-    def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
-        """One greedy decode per (left-padded) prompt with the policy, decoded like TRL's completions (messages for
-        conversational prompts). The policy is prepared as TRL 1.16's ``_generate`` prepares it for transformers'
-        ``generate`` (ZeRO-3 parameters gathered under ``ds3_gather_for_generation``, FSDP1 parameters summoned):
-        a collective under sharded engines, so every process calls it."""
-        from trl.models import unwrap_model_for_generation
-
-        trainer = self._trainer
-        with (
-            unwrap_model_for_generation(
-                trainer.model_wrapped,
-                trainer.accelerator,
-                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-            ) as model,
-            trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
-        ):
-            generated = model.generate(
-                input_ids=prompt_ids,
-                attention_mask=prompt_mask,
-                do_sample=False,
-                max_new_tokens=trainer.max_completion_length,
-                pad_token_id=trainer._tokenizer.pad_token_id,
-                eos_token_id=trainer.eos_token_ids,
-            )
-        texts = trainer._tokenizer.batch_decode(generated[:, prompt_ids.size(1) :], skip_special_tokens=True)
-        if prompts and isinstance(prompts[0], list):  # conversational
-            return [[{"role": "assistant", "content": text}] for text in texts]
-        return texts
-
-    def prepare_scoring_model(self, model):
-        """A frozen scoring model placed like TRL's reward models for the engine in use (DeepSpeed, FSDP, DDP)."""
-        trainer = self._trainer
-        return prepare_scoring_model(model, trainer.accelerator, deepspeed=trainer.is_deepspeed_enabled)
-
-    def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
-        """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones are skipped);
-        NaN where every function returned None."""
-        trainer = self._trainer
-        kwargs = self.reward_kwargs(inputs, completion_ids=None)
-        # Not TRL's batch: nothing may reach its completions table or metrics, and its environments are not these.
-        kwargs.update(log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None)
-        kwargs.pop("environments", None)
-        total = torch.zeros(len(prompts), device=trainer.accelerator.device)
-        for weight, func in zip(trainer.reward_weights.tolist(), trainer.reward_funcs, strict=True):
-            if isinstance(func, torch.nn.Module):
-                continue
-            scores = func(prompts=prompts, completions=completions, **kwargs)
-            total += weight * torch.tensor([float("nan") if s is None else s for s in scores], device=total.device)
-        return total
-
-    def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
-        return self._trainer.ext_generator(tag, per_rank=per_rank, device=device)
-
-    def aggregate(self, per_token, mask, *, mode: str, num_items_in_batch) -> torch.Tensor:
-        trainer = self._trainer
-        return aggregate_like_loss_type(
-            per_token,
-            mask,
-            loss_type=trainer.loss_type,
-            training=mode == "train",
-            gradient_accumulation_steps=trainer.ext_accumulation_steps(),
-            steps_per_generation=self.args.steps_per_generation,
-            num_processes=trainer.accelerator.num_processes,
-            max_completion_length=trainer.max_completion_length,
-            num_items_in_batch=num_items_in_batch,
-        )
-
-    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self._trainer.accelerator.gather(tensor)
-
-    def gather_object(self, obj: list) -> list:
-        return gather_object(obj)
-
-    def log_advantages(self, per_row: torch.Tensor) -> None:
-        logged = self._trainer._logs["advantages"]
-        for _ in range(min(per_row.numel(), len(logged))):
-            logged.pop()
-        logged.extend(per_row.tolist())
-
-    def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
-        """As TRL 1.16's ``_calculate_rewards`` builds them (``trl_compat.reward_kwargs``), plus ``completion_ids``."""
-        return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}
 
 
 #: Plugin fields read when training starts, not by the members: a change before train() takes effect.
@@ -489,7 +237,7 @@ def last_complete_checkpoint(output_dir: str, *, ext_state: bool = True) -> str:
     )
 
 
-class GRPOExtTrainer(GRPOTrainer):
+class GRPOExtTrainer(TRLHooks):
     """Drop-in ``GRPOTrainer`` with PRM step advantages, Clip-Cov / KL-Cov, PF-PPO filtering, KL control, AEPO and
     collapse monitoring.
 
@@ -625,7 +373,7 @@ class GRPOExtTrainer(GRPOTrainer):
 
         ``per_rank=False`` gives every process the same stream (for decisions over gathered data).
         """
-        micro = self._step % max(self.ext_accumulation_steps(), 1)
+        micro = self.ext_host.micro_step % max(self.ext_accumulation_steps(), 1)
         rank = self.accelerator.process_index if per_rank else 0
         key = f"{self.args.seed}|{self.state.global_step}|{micro}|{tag}|{rank}"
         seed = int.from_bytes(key.encode(), "little") % (2**63 - 1)
@@ -634,13 +382,12 @@ class GRPOExtTrainer(GRPOTrainer):
         return generator
 
     # ------------------------------------------------------------------ generation side
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    def ext_on_rewards(self, rewards_per_func: torch.Tensor) -> None:
+        """TRL scored a generation batch (``rewards_per_func`` (N, F), gathered): refuse infinite or huge rewards."""
         with self.ext_clock.measure():
-            self._check_and_keep_rewards(rewards_per_func, inputs, prompts, completions, completion_ids_list)
-        return rewards_per_func
+            self._check_rewards(rewards_per_func)
 
-    def _check_and_keep_rewards(self, rewards_per_func, inputs, prompts, completions, completion_ids_list) -> None:
+    def _check_rewards(self, rewards_per_func: torch.Tensor) -> None:
         infinite = torch.isinf(rewards_per_func)
         if infinite.any():
             bad = sorted({self.reward_func_names[j] for j in infinite.nonzero()[:, 1].tolist()})
@@ -664,37 +411,25 @@ class GRPOExtTrainer(GRPOTrainer):
                 "overflow and every advantage would silently be 0. Fix: lower GRPOExtConfig.reward_weights or rescale "
                 "the rewards."
             )
-        SCORED.put(
-            dict(
-                rewards_per_func=rewards_per_func,
-                inputs=inputs,
-                prompts=prompts,
-                completions=completions,
-                completion_ids_list=completion_ids_list,
-            )
-        )
 
-    def _generate_and_score_completions(self, inputs):
-        timeouts = _reward_timeouts()
-        with SCORED.open() as scored:  # TRL's own scoring of this batch fills it (_calculate_rewards)
-            output = super()._generate_and_score_completions(inputs)
+    def ext_on_generation(self, output: dict[str, Any], scored: dict[str, Any], *, timeouts_before: int) -> None:
+        """TRL generated and scored a batch (``output``, before it is shuffled and split): the members'
+        ``on_generation`` with the rewards TRL scored it with (``scored``: ``rewards_per_func`` and the rows as TRL
+        passed them to the reward functions), and the batch's reward time-outs logged."""
         with self.ext_clock.measure():
-            self._on_generation(output, scored[0])
+            self._on_generation(output, scored)
             if sys.modules.get("trl_grpo_ext.rewards.pool") is not None:  # once math answers were scored by it
                 # rewards/timeouts: answers of this batch scored 0.0 by a time bound (the members' scoring included)
                 (key,) = TRAINER_METRICS
                 mode = "train" if self.model.training else "eval"
-                self._metrics[mode][key].append(float(_reward_timeouts() - timeouts))
-        return output
+                self.ext_host.log(mode, key, float(_reward_timeouts() - timeouts_before))
+
+    def ext_reward_timeouts(self) -> int:
+        """Answers scored 0.0 by a time bound so far (this process); :meth:`ext_on_generation` logs the batch's."""
+        return _reward_timeouts()
 
     def _on_generation(self, output, scored: dict[str, Any]) -> None:
-        """Run the members' ``on_generation`` on TRL's output and the rewards TRL scored it with (``scored``:
-        ``rewards_per_func`` and the rows as TRL passed them to the reward functions)."""
-        if scored is None:
-            raise RuntimeError(
-                "GRPOExtTrainer: TRL's _generate_and_score_completions did not call _calculate_rewards; this TRL "
-                f"version ({trl.__version__}) is not supported (use trl{versions.supported_range()})."
-            )
+        """Run the members' ``on_generation`` on TRL's output and the rewards TRL scored it with."""
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         local_rows = output["completion_ids"].size(0)
@@ -757,7 +492,9 @@ class GRPOExtTrainer(GRPOTrainer):
         return acc.gather(acc.pad_across_processes(tensor, dim=1, pad_index=0))
 
     # ------------------------------------------------------------------ loss side
-    def _compute_loss(self, model, inputs):
+    def ext_loss_context(self, inputs: dict[str, Any]) -> tuple[dict[str, Any], LossContext]:
+        """A micro-batch's loss begins: its loss context (the members' row scale applied to a copy of its
+        advantages) and the inputs TRL's loss is to see."""
         with self.ext_clock.measure():
             mode = "train" if self.model.training else "eval"
             completion_mask = inputs["completion_mask"]
@@ -768,13 +505,10 @@ class GRPOExtTrainer(GRPOTrainer):
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
             ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
-        with LOSS_CONTEXT.open(ctx):  # TRL's policy forward inside takes it (_get_per_token_logps_and_entropies)
-            loss = super()._compute_loss(model, inputs)
-        if ctx.forward_logps is None:
-            raise RuntimeError(
-                "GRPOExtTrainer: TRL's _compute_loss did not call _get_per_token_logps_and_entropies; this TRL version "
-                f"({trl.__version__}) is not supported (use trl{versions.supported_range()})."
-            )
+        return inputs, ctx
+
+    def ext_finish_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        """TRL's loss of the micro-batch, plus the members' loss terms; their ``after_loss``."""
         with self.ext_clock.measure():
             for extension in self.extensions.values():
                 term = self.ext_receiver.loss_term(extension, extension.extra_loss(ctx))
@@ -784,29 +518,28 @@ class GRPOExtTrainer(GRPOTrainer):
                 extension.after_loss(ctx)
         return loss
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-        )
-        ctx = LOSS_CONTEXT.take()  # the first call inside _compute_loss: the policy's differentiable forward
-        if ctx is not None:
-            ctx.forward_logps = logps
-            ctx.entropies = entropies
-            with self.ext_clock.measure():
-                # TRL's loss reads inputs["advantages"] after this call; ctx.inputs is this micro-batch's own dict
-                advantages = ctx.inputs["advantages"]
-                receive, (rows, width) = self.ext_receiver, logps.shape
-                for extension in self.extensions.values():
-                    shaped = extension.shape_advantages(advantages, ctx)
-                    advantages = receive.shaped_advantages(extension, shaped, given=advantages, rows=rows, width=width)
-                ctx.inputs["advantages"] = advantages
-                ctx.policy_weight = trl_policy_weight(
-                    self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=ctx.inputs, old_logps=ctx.old_logps
-                )
-                ctx.selected = self._selection(logps, ctx)
-                for extension in self.extensions.values():
-                    logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps)
-        return logps, entropies, aux
+    def ext_on_policy_forward(
+        self, logps: torch.Tensor, entropies: torch.Tensor | None, ctx: LossContext
+    ) -> torch.Tensor:
+        """The micro-batch's differentiable policy forward (``logps`` (B, T)): the members shape its advantages
+        (they may read the entropies) and act on the log-probs TRL's loss is to use."""
+        ctx.forward_logps = logps
+        ctx.entropies = entropies
+        with self.ext_clock.measure():
+            # TRL's loss reads inputs["advantages"] after this call; ctx.inputs is this micro-batch's own dict
+            advantages = ctx.inputs["advantages"]
+            receive, (rows, width) = self.ext_receiver, logps.shape
+            for extension in self.extensions.values():
+                shaped = extension.shape_advantages(advantages, ctx)
+                advantages = receive.shaped_advantages(extension, shaped, given=advantages, rows=rows, width=width)
+            ctx.inputs["advantages"] = advantages
+            ctx.policy_weight = trl_policy_weight(
+                self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=ctx.inputs, old_logps=ctx.old_logps
+            )
+            ctx.selected = self._selection(logps, ctx)
+            for extension in self.extensions.values():
+                logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps)
+        return logps
 
     def _selection(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
         """The (B, T) tokens the one selecting member (a token clip) returned from ``select_tokens``, or None."""
@@ -872,15 +605,12 @@ class GRPOExtTrainer(GRPOTrainer):
     def ext_state_dict(self) -> dict[str, Any]:
         return {name: part.state_dict() for name, part in self._stateful().items() if part.state_dict()}
 
-    def _save_checkpoint(self, model, trial):
-        # The extensions' state is written first, atomically (temporary file + rename): a kill at any moment leaves
-        # either no file or a complete one, and a checkpoint that has the Trainer's trainer_state.json (written last by
-        # transformers) always has it.
+    def ext_save_state(self, folder: str) -> None:
+        """Write the extensions' state into the checkpoint ``folder`` about to be saved, first and atomically
+        (temporary file + rename): a kill at any moment leaves either no file or a complete one, and a checkpoint that
+        has the Trainer's trainer_state.json (written last by transformers) always has it."""
         state = self.ext_state_dict()
         if state and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
             os.makedirs(folder, exist_ok=True)
             path = os.path.join(folder, STATE_FILE)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{STATE_FILE}.", suffix=".tmp")
@@ -894,12 +624,10 @@ class GRPOExtTrainer(GRPOTrainer):
                 with contextlib.suppress(OSError):
                     os.remove(tmp)
                 raise
-        super()._save_checkpoint(model, trial)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
+    def ext_load_state(self, checkpoint: str) -> None:
+        """Restore the extensions' state from the checkpoint being resumed (after TRL loaded its optimizer and
+        scheduler), by ``ext_resume_state``."""
         path = os.path.join(checkpoint, STATE_FILE)
         parts = self._stateful()
         has_state = any(part.state_dict() for part in parts.values())

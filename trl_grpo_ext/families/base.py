@@ -42,7 +42,7 @@ from .contracts import Receiver, check_member_class, check_selection
 
 
 class Host(Protocol):
-    """What an extension may use of the trainer. Implemented by ``trl_grpo_ext.trainer.TrainerHost``."""
+    """What an extension may use of the trainer. Implemented by ``trl_grpo_ext.adapter.host.TrainerHost``."""
 
     args: Any  #: the GRPOExtConfig
     collectives: Collectives  #: sums / concatenations over all processes

@@ -172,12 +172,12 @@ class Receiver:
     """
 
     def __init__(self, step):
-        self._step = step
+        self._step_of = step
 
     def fail(self, member, hook: str, problem: str, fix: str) -> MemberContractError:
         """The error for ``member`` (an instance, or its class name) at ``hook``."""
         name = member if isinstance(member, str) else type(member).__name__
-        return MemberContractError(f"{name}.{hook} at step {self._step()}: {problem}. Fix: {fix}")
+        return MemberContractError(f"{name}.{hook} at step {self._step_of()}: {problem}. Fix: {fix}")
 
     # ------------------------------------------------------------------ generation side
     def generation_update(self, member, update, *, rows: int):

@@ -1,0 +1,106 @@
+"""The config section of one family: KL control (Ziegler et al. 2019)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .section import ConfigSection, _fail, bounds
+
+
+@dataclass
+class KLControlConfig(ConfigSection):
+    r"""
+    > KL control (Ziegler et al. 2019)
+
+        kl_control (`str`, *optional*, defaults to `"fixed"`):
+            `"fixed"`: TRL's constant `beta`. `"adaptive"`: beta follows `kl_target` (Ziegler's proportional
+            controller on the global per-token mean KL of each optimizer step); needs `beta > 0` as its start.
+        kl_target (`float`, *optional*, defaults to `0.1`):
+            Target per-token mean KL (k3 estimate) of the adaptive controller.
+        kl_horizon (`float`, *optional*, defaults to `10000`):
+            Horizon of the adaptive controller, in completions (Ziegler: 10000).
+        kl_beta_min (`float`, *optional*, defaults to `1e-4`):
+            Lower clamp of beta (> 0: TRL cannot switch the KL term back on once beta is 0).
+        kl_beta_max (`float`, *optional*, defaults to `1.0`):
+            Upper clamp of beta.
+        kl_diversity_n (`int`, *optional*, defaults to `2`):
+            n of the Distinct-N that `kl_control="diversity"` steers (over each generation batch, all processes).
+        kl_diversity_target (`float`, *optional*, defaults to `0.5`):
+            Distinct-N target of `kl_control="diversity"`: beta rises while diversity is below it.
+    """
+
+    switches = ("kl_control",)
+
+    #: Finite but absurd values refused: field -> (lowest, highest, why, example) (config.section.bounds).
+    field_bounds = {
+        "kl_target": bounds(0.0, 100.0, "a per-token mean KL target above 100 nats is never a target", "kl_target=0.1"),
+        "kl_horizon": bounds(
+            1.0,
+            1000000000.0,
+            "the horizon counts completions; below one, beta jumps many-fold per step",
+            "kl_horizon=10000",
+        ),
+        "kl_beta_min": bounds(
+            0.0, 100.0, "beta is clamped to [kl_beta_min, kl_beta_max], at most 100", "kl_beta_min=1e-4"
+        ),
+        "kl_beta_max": bounds(
+            0.0, 100.0, "beta is clamped to [kl_beta_min, kl_beta_max], at most 100", "kl_beta_max=1.0"
+        ),
+    }
+
+    kl_control: Literal["fixed", "adaptive", "diversity"] = field(
+        default="fixed",
+        metadata={
+            "help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target. "
+            "'diversity': beta rises while Distinct-N (kl_diversity_n) is under kl_diversity_target."
+        },
+    )
+    kl_target: float = field(
+        default=0.1,
+        metadata={
+            "help": "Target per-token mean KL of the adaptive controller.",
+        },
+    )
+    kl_horizon: float = field(
+        default=10000.0,
+        metadata={
+            "help": "Controller horizon, in completions (Ziegler: 10000).",
+        },
+    )
+    kl_beta_min: float = field(
+        default=1e-4,
+        metadata={
+            "help": "Lower clamp of beta (> 0).",
+        },
+    )
+    kl_beta_max: float = field(
+        default=1.0,
+        metadata={
+            "help": "Upper clamp of beta.",
+        },
+    )
+    kl_diversity_n: int = field(default=2, metadata={"help": "n of the Distinct-N that kl_control='diversity' steers."})
+    kl_diversity_target: float = field(
+        default=0.5, metadata={"help": "Distinct-N target of kl_control='diversity' (beta rises below it)."}
+    )
+
+    def check(self) -> None:
+        if not (math.isfinite(self.kl_beta_min) and self.kl_beta_min > 0):
+            _fail(
+                "kl_beta_min",
+                self.kl_beta_min,
+                "must be > 0: TRL builds no reference model when beta reaches 0 and cannot restart the KL term",
+                "e.g. kl_beta_min=1e-4",
+            )
+        if not self.kl_beta_max >= self.kl_beta_min:
+            _fail("kl_beta_max", self.kl_beta_max, f"must be >= kl_beta_min={self.kl_beta_min}", "raise kl_beta_max")
+        if not (math.isfinite(self.kl_target) and self.kl_target > 0):
+            _fail("kl_target", self.kl_target, "must be a finite KL > 0", "e.g. kl_target=0.1 (per-token mean KL)")
+        if not (math.isfinite(self.kl_horizon) and self.kl_horizon > 0):
+            _fail("kl_horizon", self.kl_horizon, "must be > 0", "e.g. kl_horizon=10000 (completions)")
+        if not 0 < self.kl_diversity_target <= 1:
+            _fail("kl_diversity_target", self.kl_diversity_target, "Distinct-N lies in (0, 1]", "e.g. 0.5")
+        if self.kl_diversity_n < 1:
+            _fail("kl_diversity_n", self.kl_diversity_n, "must be >= 1", "e.g. kl_diversity_n=2")

@@ -1,0 +1,246 @@
+"""The config section of one family: Seeing collapse (diversity, entropy, alarm)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..names import DIVERSITY_METRICS
+from .section import ConfigSection, _fail, bounds
+
+
+@dataclass
+class MonitorConfig(ConfigSection):
+    r"""
+    > Seeing collapse (diversity, entropy, alarm)
+
+        diversity_metrics (`list[str]`, *optional*, defaults to `[]`):
+            Metrics of the `CollapseMonitor` callback: any of `distinct`, `self_bleu`, `repetition`, `unique`,
+            `prompt_info` (what the completions say about their prompts, a detector signal), `entropy`. Empty: off.
+        diversity_ngram_sizes (`list[int]`, *optional*, defaults to `[1, 2, 3, 4]`):
+            n of the `diversity/distinct_n` metrics.
+        diversity_repetition_n (`int`, *optional*, defaults to `3`):
+            n of `diversity/repetition` (repeated n-grams inside one completion).
+        diversity_low_entropy_threshold (`float`, *optional*, defaults to `0.1`):
+            Tokens with entropy below it count in `entropy/low_frac`.
+        diversity_every (`int`, *optional*, defaults to `1`):
+            Measure the n-gram metrics (`distinct`, `self_bleu`, `repetition`, `unique`) and the entropy percentiles
+            on the training generation batch of every k-th step only: steps 1, 1 + k, 1 + 2k, ..., each logged at its
+            own step (all processes agree, and a resumed run keeps the pattern). `entropy/mean`, `entropy/low_frac`
+            and evaluation batches are measured every time. Raise it when the monitor shows in `timing/ext_fraction`
+            on a very short step.
+        collapse_entropy_min (`float`, *optional*):
+            Collapse alarm when the mean token entropy falls below it.
+        collapse_distinct2_drop (`float`, *optional*):
+            Collapse alarm when Distinct-2 falls below (1 - drop) x its first value (e.g. 0.5).
+        collapse_repetition_max (`float`, *optional*):
+            Collapse alarm when the mean repetition rate exceeds it.
+        collapse_detector (`str`, *optional*, defaults to `"none"`):
+            `"drift"`: the gold-free hack detector (docs/monitoring.md): alarms (`alarm/hack`) when a signal of the
+            completions' shape drifts from its best value of the run the way a hack moves it and learning does not:
+            completion length up (`collapse_length_rise`), prompt information down (`collapse_prompt_info_drop`,
+            needs `prompt_info` in `diversity_metrics`), repetition up (`collapse_repetition_rise`, needs
+            `repetition`). `"none"`: off.
+        collapse_detector_window (`int`, *optional*, defaults to `2`):
+            Measurements (training generation batches) in each signal's trailing mean. The defaults of the detector's
+            fields were chosen on validation runs of two kinds of hack and measured on a third (docs/results.md).
+        collapse_detector_warmup (`int`, *optional*, defaults to `2`):
+            Measurements before the detector tracks a signal's best value.
+        collapse_onset_fraction (`float`, *optional*, defaults to `0.75`):
+            The onset the detector reports (where `rollback` returns to): the last measurement before the alarm whose
+            drift was at most this fraction of the threshold. 0: the signal's best point of the run (earlier).
+        collapse_length_rise (`float`, *optional*, defaults to `0.1`):
+            Detector: alarm when the mean completion length rises this fraction above its lowest point. `None`: not
+            read.
+        collapse_prompt_info_drop (`float`, *optional*, defaults to `0.15`):
+            Detector: alarm when `diversity/prompt_info` falls this fraction below its highest point. `None`: not read.
+        collapse_repetition_rise (`float`, *optional*, defaults to `0.03`):
+            Detector: alarm when `diversity/repetition` rises this much (absolute) above its lowest point. `None`: not
+            read.
+        collapse_action (`str`, *optional*, defaults to `"warn"`):
+            What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
+            `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (training
+            ends and the weights, optimizer, scheduler and extension state are restored from the last checkpoint
+            saved at or before the detector's onset step; needs `save_strategy="steps"` and
+            `save_total_limit=None`, and saves `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says
+            what was restored). A callable `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
+        eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
+            k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
+            (`num_generations_eval` per prompt). Empty: off.
+        eval_pass_threshold (`float`, *optional*, defaults to `1.0`):
+            A completion counts as correct when its (weighted) reward is at least this.
+        eval_pass_greedy (`bool`, *optional*, defaults to `True`):
+            With `eval_pass_at_k`, also decode each eval prompt greedily once and log `pass@k/greedy` (its accuracy).
+    """
+
+    #: Finite but absurd values refused: field -> (lowest, highest, why, example) (config.section.bounds).
+    field_bounds = {
+        "diversity_low_entropy_threshold": bounds(
+            0.0, None, "an entropy is never negative", "diversity_low_entropy_threshold=0.1"
+        ),
+        "collapse_entropy_min": bounds(0.0, None, "an entropy is never negative", "collapse_entropy_min=0.1"),
+        "collapse_repetition_max": bounds(0.0, 1.0, "a repetition rate is a fraction", "collapse_repetition_max=0.5"),
+    }
+
+    diversity_metrics: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "CollapseMonitor metrics: distinct, self_bleu, repetition, unique, prompt_info, entropy "
+            "(empty: off)."
+        },
+    )
+    diversity_ngram_sizes: list[int] = field(
+        default_factory=lambda: [1, 2, 3, 4], metadata={"help": "n of the diversity/distinct_n metrics."}
+    )
+    diversity_repetition_n: int = field(default=3, metadata={"help": "n of diversity/repetition."})
+    diversity_low_entropy_threshold: float = field(
+        default=0.1,
+        metadata={
+            "help": "Tokens with entropy below it count in entropy/low_frac.",
+        },
+    )
+    diversity_every: int = field(
+        default=1,
+        metadata={"help": "Measure n-gram diversity and entropy percentiles at steps 1, 1 + k, 1 + 2k, ... only."},
+    )
+    collapse_entropy_min: float | None = field(
+        default=None,
+        metadata={
+            "help": "Collapse alarm when the mean token entropy falls below it.",
+        },
+    )
+    collapse_distinct2_drop: float | None = field(
+        default=None, metadata={"help": "Collapse alarm when Distinct-2 falls below (1 - drop) x its first value."}
+    )
+    collapse_repetition_max: float | None = field(
+        default=None,
+        metadata={
+            "help": "Collapse alarm when the mean repetition rate exceeds it.",
+        },
+    )
+    collapse_detector: Literal["none", "drift"] = field(
+        default="none", metadata={"help": "The gold-free hack detector (alarm/hack): drift or none."}
+    )
+    collapse_detector_window: int = field(
+        default=2, metadata={"help": "Detector: measurements in each signal's trailing mean."}
+    )
+    collapse_detector_warmup: int = field(
+        default=2, metadata={"help": "Detector: measurements before a signal's best value is tracked."}
+    )
+    collapse_onset_fraction: float = field(
+        default=0.75, metadata={"help": "Detector: onset = last measurement within this fraction of the threshold."}
+    )
+    collapse_length_rise: float | None = field(
+        default=0.1, metadata={"help": "Detector: relative rise of the mean completion length that alarms."}
+    )
+    collapse_prompt_info_drop: float | None = field(
+        default=0.15, metadata={"help": "Detector: relative fall of diversity/prompt_info that alarms."}
+    )
+    collapse_repetition_rise: float | None = field(
+        default=0.03, metadata={"help": "Detector: absolute rise of diversity/repetition that alarms."}
+    )
+    collapse_action: Literal["warn", "save", "stop", "rollback"] = field(
+        default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop or rollback."}
+    )
+    eval_pass_at_k: list[int] = field(
+        default_factory=list, metadata={"help": "k values of pass@k logged at evaluation (empty: off)."}
+    )
+    eval_pass_threshold: float = field(
+        default=1.0, metadata={"help": "Reward at or above which an eval completion counts as correct."}
+    )
+    eval_pass_greedy: bool = field(
+        default=True, metadata={"help": "With eval_pass_at_k, also log the greedy accuracy (pass@k/greedy)."}
+    )
+
+    def check(self) -> None:
+        unknown = sorted(set(self.diversity_metrics) - set(DIVERSITY_METRICS))
+        if unknown:
+            _fail(
+                "diversity_metrics",
+                self.diversity_metrics,
+                f"unknown metric(s) {unknown}",
+                f"use {list(DIVERSITY_METRICS)}",
+            )
+        if not self.diversity_ngram_sizes or any(int(n) < 1 for n in self.diversity_ngram_sizes):
+            _fail("diversity_ngram_sizes", self.diversity_ngram_sizes, "needs integers >= 1", "e.g. [1, 2, 3, 4]")
+        if self.diversity_repetition_n < 1:
+            _fail("diversity_repetition_n", self.diversity_repetition_n, "must be >= 1", "e.g. 3")
+        if self.diversity_every < 1:
+            _fail("diversity_every", self.diversity_every, "must be >= 1 (1: every step)", "e.g. diversity_every=4")
+        if self.collapse_distinct2_drop is not None and not 0 < self.collapse_distinct2_drop < 1:
+            _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
+        if any(int(k) < 1 for k in self.eval_pass_at_k):
+            _fail("eval_pass_at_k", self.eval_pass_at_k, "k must be >= 1", "e.g. [1, 4, 8]")
+        needs = {  # alarm field -> the diversity metric it reads
+            "collapse_entropy_min": "entropy",
+            "collapse_distinct2_drop": "distinct",
+            "collapse_repetition_max": "repetition",
+        }
+        if self.collapse_detector != "none":
+            if not self.diversity_metrics:
+                _fail(
+                    "collapse_detector",
+                    self.collapse_detector,
+                    "the detector runs in the collapse monitor, which diversity_metrics switches on",
+                    "set diversity_metrics=['repetition', 'prompt_info'] (or more)",
+                )
+            for name in ("collapse_detector_window", "collapse_detector_warmup"):
+                if getattr(self, name) < 1:
+                    _fail(name, getattr(self, name), "must be >= 1 (measurements)", f"e.g. {name}=3")
+            if not 0 <= self.collapse_onset_fraction < 1:
+                _fail(
+                    "collapse_onset_fraction",
+                    self.collapse_onset_fraction,
+                    "must lie in [0, 1) (a fraction of the threshold)",
+                    "e.g. 0.5, or 0 for the signal's best point",
+                )
+            thresholds = ("collapse_length_rise", "collapse_prompt_info_drop", "collapse_repetition_rise")
+            if all(getattr(self, name) is None for name in thresholds):
+                _fail("collapse_detector", self.collapse_detector, "every signal's threshold is None", "set one")
+            for name in thresholds:
+                value = getattr(self, name)
+                if value is not None and not value > 0:
+                    _fail(name, value, "must be > 0 (a drift that alarms) or None", f"e.g. {name}=0.2")
+            needs.update(collapse_prompt_info_drop="prompt_info", collapse_repetition_rise="repetition")
+        for name, metric in needs.items():
+            value = getattr(self, name)
+            if value is not None and metric not in self.diversity_metrics:
+                _fail(
+                    name,
+                    value,
+                    f"the alarm reads the '{metric}' metric, which diversity_metrics does not compute",
+                    f"add '{metric}' to diversity_metrics",
+                )
+
+    def check_across(self) -> None:
+        if self.collapse_action == "rollback" and self.save_strategy != "steps":
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                f"a rollback returns to a checkpoint saved before the alarm's onset, but save_strategy is "
+                f"{str(self.save_strategy)!r}",
+                "set save_strategy='steps' and save_steps (e.g. 25), or use collapse_action='stop'",
+            )
+        if self.collapse_action == "rollback" and self.save_total_limit is not None:
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                f"save_total_limit={self.save_total_limit} deletes older checkpoints, and the one saved before the "
+                "alarm's onset may be among them (a rollback then finds nothing to return to)",
+                "set save_total_limit=None (keep every checkpoint), or use collapse_action='stop'",
+            )
+        if self.collapse_action == "rollback" and not self.diversity_metrics:
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                "the collapse monitor that acts is off (diversity_metrics is empty)",
+                "set diversity_metrics and collapse_detector='drift' (or a collapse_* threshold)",
+            )
+        group = self.num_generations_eval or self.num_generations  # pass@k of the eval groups
+        if self.eval_pass_at_k and max(self.eval_pass_at_k) > group:
+            _fail(
+                "eval_pass_at_k",
+                self.eval_pass_at_k,
+                f"k cannot exceed the {group} samples per eval prompt",
+                "lower k or raise num_generations_eval",
+            )
