@@ -4,7 +4,7 @@ adapter with the rest of the plugin's TRL surface."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from accelerate.utils import gather_object
@@ -12,9 +12,6 @@ from accelerate.utils import gather_object
 from . import compat as trl_compat
 from .compat import aggregate_like_loss_type, prepare_scoring_model, reward_kwargs
 from .rollouts import RolloutService
-
-if TYPE_CHECKING:
-    from ..trainer import GRPOExtTrainer
 
 
 class TrainerHost:
@@ -31,7 +28,7 @@ class TrainerHost:
     #: The collapse monitor built on a host is fed by the hooks and logs through it (see CollapseMonitor).
     feeds_collapse_monitor = True
 
-    def __init__(self, trainer: GRPOExtTrainer):
+    def __init__(self, trainer):  # a GRPOExtTrainer (the adapter imports nothing of the plugin's trainer)
         self._trainer = trainer
         self.args = trainer.args
         self.collectives = trainer.ext_collectives
