@@ -273,3 +273,33 @@ def test_logps_at_temperature_parity_with_trls_fused_head(make_trainer, train_da
     by_hand = torch.log_softmax(logits / 1.5, dim=-1).gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(hot[valid], by_hand[valid], atol=1e-5, rtol=1e-5)
     assert (hot[valid] - trl_logps[valid]).abs().max() > 0.05  # the temperature really changed them
+
+
+def test_the_rollout_service_calls_trls_methods_not_the_plugins_overrides(make_trainer, train_dataset, monkeypatch):
+    """The rollout service (AEPO's and dynamic sampling's scoring and forwards outside TRL's batch) and the reference
+    forward call TRL's own ``GRPOTrainer`` methods, never the adapter's overrides: no re-entry into the hooks, whose
+    hand-offs rely on TRL's call order. With the overrides made to fail, they still score and forward; and a scored
+    infinite reward is still refused (the checks run explicitly)."""
+    from trl_grpo_ext.adapter.compat import reference_logps
+    from trl_grpo_ext.adapter.hooks import TRLHooks
+
+    trainer = make_trainer(entropy_control="aepo", beta=0.04)
+    out = scored_batch(trainer, train_dataset)
+
+    def reentered(*args, **kwargs):
+        raise AssertionError("the rollout service re-entered the plugin's override")
+
+    for name in ("_calculate_rewards", "_get_per_token_logps_and_entropies", "_generate_and_score_completions"):
+        monkeypatch.setattr(TRLHooks, name, reentered)
+    rows = [dict(row) for row in train_dataset.select(range(4))]
+    rewards = trainer.ext_rollouts.score(rows, [r["prompt"] for r in rows], ["1"] * 4, [[1]] * 4)
+    assert rewards.shape == (4,) and bool(torch.isfinite(rewards).all())
+    chunk = {key: out[key][:2] for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    logps, _ = trainer.ext_rollouts.policy_logps(chunk)
+    assert logps.shape == chunk["completion_ids"].shape
+    ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], 1)
+    mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], 1)
+    assert reference_logps(trainer, ids, mask, chunk["completion_ids"].size(1)).shape == logps.shape
+    trainer.reward_funcs[0] = lambda completions, **kwargs: [float("inf")] * len(completions)
+    with pytest.raises(ValueError, match="infinite reward"):
+        trainer.ext_rollouts.score(rows, [r["prompt"] for r in rows], ["1"] * 4, [[1]] * 4)

@@ -127,7 +127,11 @@ def reference_logps(trainer, input_ids, attention_mask, logits_to_keep) -> torch
     with the ``ref_model``, or for a PEFT model with the base (or its "ref" adapter). Copied from TRL (no hook computes
     them for given rows); ``tests/test_aepo.py::test_spliced_reference_logps_follow_trls_choice_of_reference`` checks
     them against TRL's own."""
-    logps = trainer._get_per_token_logps_and_entropies
+    from trl import GRPOTrainer
+
+    def logps(*args):  # TRL's own forward, not the plugin's override (no re-entry into the hooks)
+        return GRPOTrainer._get_per_token_logps_and_entropies(trainer, *args)
+
     if trainer.ref_model is not None:
         return logps(trainer.ref_model, input_ids, attention_mask, logits_to_keep)[0]
     from trl.trainer.utils import use_adapter

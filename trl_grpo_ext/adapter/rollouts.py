@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
+from trl import GRPOTrainer
 
 from .compat import (
     combined_rewards,
@@ -257,9 +258,12 @@ class RolloutService:
 
     def score(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
         """(N,) weighted reward sum of all processes' rows (NaN where unscorable), by the trainer's reward functions
-        (its ``_calculate_rewards``: the same checks and errors as TRL's own batch; a collective)."""
+        (TRL's own ``GRPOTrainer._calculate_rewards``, not the plugin's override: no re-entry into the hooks; then the
+        same checks and errors as TRL's own batch, ``ext_on_rewards``; a collective)."""
         trainer = self._trainer
-        rewards_per_func = trainer._calculate_rewards(inputs, prompts, completions, completion_ids)
+        rewards_per_func = GRPOTrainer._calculate_rewards(trainer, inputs, prompts, completions, completion_ids)
+        if hasattr(trainer, "ext_on_rewards"):
+            trainer.ext_on_rewards(rewards_per_func)
         return combined_rewards(rewards_per_func, trainer.reward_weights)
 
     def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -280,10 +284,11 @@ class RolloutService:
     # ------------------------------------------------------------------ forwards
     def policy_logps(self, chunk: dict[str, torch.Tensor], *, compute_entropy: bool = False):
         """(b, t) log-probs (with gradient when enabled) and entropies (or None) of a chunk's completions under the
-        policy, through TRL's ``_get_per_token_logps_and_entropies`` (at the training temperature)."""
+        policy, through TRL's own ``GRPOTrainer._get_per_token_logps_and_entropies`` (at the training temperature; not
+        the plugin's override, which would act on the micro-batch's loss context)."""
         trainer = self._trainer
-        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, *_forward_inputs(chunk), compute_entropy=compute_entropy
+        logps, entropies, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+            trainer, trainer.model, *_forward_inputs(chunk), compute_entropy=compute_entropy
         )
         return logps, entropies
 
