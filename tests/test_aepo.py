@@ -296,7 +296,7 @@ def test_aepo_warns_when_the_regenerated_samples_cannot_reach_the_cap(make_train
 
 @pytest.mark.parametrize("lora", [False, True], ids=["ref_model", "peft"])
 def test_spliced_reference_logps_follow_trls_choice_of_reference(make_trainer, train_dataset, lora):
-    """trl_compat.reference_logps (which model is the reference: ref_model, or the PEFT base / "ref" adapter, copied
+    """adapter.compat.reference_logps (which model is the reference: ref_model, or the PEFT base / "ref" adapter, copied
     from TRL 1.16), through the host as the splice calls it, gives TRL's own reference log-probs on TRL's rows."""
     kwargs = {}
     if lora:

@@ -166,7 +166,7 @@ def test_kl_term_parity_with_trl(make_trainer, train_dataset, loss_type):
 
 
 def test_reward_kwargs_parity_with_trl(make_trainer, train_dataset):
-    """trl_compat.reward_kwargs (what the AEPO scoring and the PRM step functions pass reward functions) equals what
+    """adapter.compat.reward_kwargs (what the AEPO scoring and the PRM step functions pass reward functions) equals what
     TRL 1.16's own _calculate_rewards passes, key by key, on the same rows."""
     from trl_grpo_ext.adapter.compat import reward_kwargs
 
@@ -187,7 +187,7 @@ def test_reward_kwargs_parity_with_trl(make_trainer, train_dataset):
 
 
 def test_policy_weight_parity_with_trls_loss_gradient(make_trainer, train_dataset):
-    """trl_compat.trl_policy_weight (the factor the KL-Cov penalty and the token clips multiply by) is the factor TRL
+    """adapter.compat.trl_policy_weight (what the KL-Cov penalty and the token clips multiply by) is the factor TRL
     1.16's own loss applies: with the entropy mask and the off-policy mask both active, on-policy (ratio 1) and beta 0,
     the gradient of TRL's dapo loss on each token's log-prob is -advantage x weight / the token count, so it is zero
     exactly where the weight is."""

@@ -12,7 +12,7 @@ import json
 
 
 def base_sections() -> dict[str, list[str]]:
-    """Sections of TRL's own metrics (``trl_compat.TRL_METRICS``), the collapse monitor's, the trainer's and the
+    """Sections of TRL's own metrics (``adapter.compat.TRL_METRICS``), the collapse monitor's, the trainer's and the
     timing callback's, every key from where it is declared (``trl_grpo_ext.families.declared_metrics``)."""
     from .adapter.compat import TRL_METRICS
     from .callbacks import monitor_metric_keys

@@ -14,13 +14,13 @@ from typing import Any
 
 from .core.registry import Registry
 
-#: The TRL minor version the copies of ``trl_compat`` were taken from.
+#: The TRL minor version the copies of ``adapter.compat`` were taken from.
 TRL_VERSION = "1.16"
 #: Loss types whose aggregation averages over rows (so masked rows dilute the mean).
 PER_SEQUENCE_LOSS_TYPES = frozenset({"grpo", "sapo", "luspo", "dr_grpo"})
 #: Loss types normalised by the global token count ``num_items_in_batch``.
 TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
-#: Every loss type whose aggregation ``trl_compat.aggregate_like_loss_type`` copies.
+#: Every loss type whose aggregation ``adapter.compat.aggregate_like_loss_type`` copies.
 KNOWN_LOSS_TYPES = PER_SEQUENCE_LOSS_TYPES | TOKEN_COUNT_LOSS_TYPES | {"bnpo"}
 
 

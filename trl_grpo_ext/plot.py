@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-#: The curated figures (title, keys); every key is one some owner declares (TRL's ``trl_compat.TRL_METRICS``, a
+#: The curated figures (title, keys); every key is one some owner declares (TRL's ``adapter.compat.TRL_METRICS``, a
 #: member's ``metrics``, the monitor's ``monitor_metric_keys``): :func:`undeclared_panel_keys` lists any that is not.
 PANELS = {
     "training": [
