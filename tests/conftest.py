@@ -156,6 +156,31 @@ def policy_logps(trainer, out):
     return logps
 
 
+def run_pytest_in_venv(python, args: list[str], *, required_by: str, missing: str, timeout: int, skips: bool) -> str:
+    """Run ``python -m pytest -q ARGS`` (another venv's interpreter) from the repository root, offline, without this
+    process's PYTHONPATH / VIRTUAL_ENV; the test fails on any failure (and on a skip unless ``skips``) and returns the
+    summary line. Without that interpreter the test is skipped with ``missing`` (how to make the venv), or fails when
+    the environment variable ``required_by`` is 1 (CI sets it)."""
+    from pathlib import Path
+
+    if not Path(python).exists():
+        if os.environ.get(required_by) == "1":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled")
+    root = Path(__file__).resolve().parents[1]
+    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    try:
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"{' '.join(args)} in {python} ran past {timeout} s: {str(error.stdout)[-3000:]}")
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert " passed" in summary and " failed" not in summary and (skips or "skipped" not in summary), summary
+    return summary
+
+
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 

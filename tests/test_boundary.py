@@ -195,17 +195,12 @@ def test_trl_private_names_only_in_the_adapter(module):
 def test_the_adapter_overrides_the_hooks_and_the_trainer_does_not():
     """The six TRL methods the plugin overrides are defined in ``TRLHooks`` (the adapter) and nowhere in
     ``GRPOExtTrainer``, which reaches them only through its ``ext_*`` methods."""
+    from trl_grpo_ext.adapter.compat import OVERRIDDEN_HOOKS
     from trl_grpo_ext.adapter.hooks import TRLHooks
     from trl_grpo_ext.trainer import GRPOExtTrainer
 
-    hooks = {
-        "_calculate_rewards",
-        "_generate_and_score_completions",
-        "_compute_loss",
-        "_get_per_token_logps_and_entropies",
-        "_save_checkpoint",
-        "_load_optimizer_and_scheduler",
-    }
+    hooks = set(OVERRIDDEN_HOOKS)
+    assert len(hooks) == 6 and hooks == {name for name in vars(TRLHooks) if name.startswith("_") and name[1] != "_"}
     assert hooks <= set(vars(TRLHooks)) and not hooks & set(vars(GRPOExtTrainer))
     assert GRPOExtTrainer.__bases__ == (TRLHooks,)
     # every ext_* method TRLHooks calls is GRPOExtTrainer's own (TRLHooks' stubs raise NotImplementedError)
@@ -255,6 +250,16 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _imported_from(node: ast.ImportFrom, package: str) -> set[str]:
+    """The absolute names a ``from ... import ...`` in ``package`` brings in: the module and each ``module.name``."""
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    return {module} | {f"{module}.{alias.name}" for alias in node.names}
+
+
 def _module_level_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """Package modules imported when ``name`` is executed (not inside functions or ``if TYPE_CHECKING``)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
@@ -272,13 +277,7 @@ def _module_level_imports(name: str, path: Path, modules: dict[str, Path]) -> se
             elif isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    module = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    module = node.module or ""
-                found.add(module)
-                found.update(f"{module}.{alias.name}" for alias in node.names)
+                found.update(_imported_from(node, package))
 
     visit(ast.parse(path.read_text()).body)
     return {m for m in found if m in modules and m != name}
@@ -314,13 +313,7 @@ def _all_imports(path: Path, package: str) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
+            found.update(_imported_from(node, package))
     return found
 
 

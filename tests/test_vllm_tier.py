@@ -9,10 +9,10 @@ failure.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_pytest_in_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("TRL_GRPO_EXT_VLLM_VENV", ROOT / ".venv-vllm"))
@@ -21,19 +21,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_vllm_tier_passes_in_its_venv():
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        message = f"no vLLM venv at {VENV}: `bash tests/vllm_tier/make_venv.sh` makes it (about 2 minutes, once)"
-        if os.environ.get("TRL_GRPO_EXT_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled")
-    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/vllm_tier"]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    except subprocess.TimeoutExpired as error:
-        pytest.fail(f"the vLLM tier ran past 1500 s: {str(error.stdout)[-3000:]}")
-    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " passed" in summary and "skipped" not in summary, summary
+    run_pytest_in_venv(
+        VENV / "bin" / "python",
+        ["tests/vllm_tier"],
+        required_by="TRL_GRPO_EXT_REQUIRE_VLLM",
+        missing=f"no vLLM venv at {VENV}: `bash tests/vllm_tier/make_venv.sh` makes it (about 2 minutes, once)",
+        timeout=1500,
+        skips=False,
+    )

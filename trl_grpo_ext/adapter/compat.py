@@ -214,18 +214,22 @@ def default_output_dir(model) -> str:
 #: Metrics TRL 1.16's GRPOTrainer logs that the plugin's dashboards and plots show beside its own.
 TRL_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean", "step_time")
 
-#: Every ``GRPOTrainer`` 1.16 method and attribute trl_grpo_ext reads or writes (all in ``trainer.py``, most behind
-#: ``TrainerHost``). A TRL port reviews exactly these; ``tests/test_boundary.py`` checks the list is complete and
-#: that each name exists in the installed TRL.
-TRL_SURFACE = (
-    # hooks GRPOExtTrainer overrides
+#: The ``GRPOTrainer`` methods the plugin overrides (``adapter/hooks.py``, ``TRLHooks``).
+OVERRIDDEN_HOOKS = (
     "_calculate_rewards",
     "_generate_and_score_completions",
     "_compute_loss",
     "_get_per_token_logps_and_entropies",
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
-    # transformers.Trainer methods a collapse rollback calls (trl_compat.restore_checkpoint)
+)
+
+#: Every ``GRPOTrainer`` method and attribute trl_grpo_ext reads, writes or overrides (all in this adapter package,
+#: most behind ``TrainerHost``). A TRL port reviews exactly these; ``tests/test_boundary.py`` checks the list is
+#: complete and that each name exists in the installed TRL.
+TRL_SURFACE = (
+    *OVERRIDDEN_HOOKS,
+    # transformers.Trainer methods a collapse rollback calls (restore_checkpoint below)
     "_load_from_checkpoint",
     # private methods and buffers it calls or edits
     "_dist",
