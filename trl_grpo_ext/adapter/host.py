@@ -206,5 +206,5 @@ class TrainerHost:
         logged.extend(per_row.tolist())
 
     def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
-        """As TRL 1.16's ``_calculate_rewards`` builds them (``trl_compat.reward_kwargs``), plus ``completion_ids``."""
+        """As TRL 1.16's ``_calculate_rewards`` builds them (``compat.reward_kwargs``), plus ``completion_ids``."""
         return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}

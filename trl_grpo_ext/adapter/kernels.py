@@ -70,19 +70,7 @@ class TorchChunkedLogProb:
                 logit_scale=logit_scale,
                 outputs=outputs,
             )
-            for start in range(0, hidden.shape[0], ROWS_PER_BLOCK)
+            # at least one block: with no valid label the outputs are empty but still connected to the head
+            for start in range(0, max(hidden.shape[0], 1), ROWS_PER_BLOCK)
         ]
-        if not blocks:  # no valid label in the micro-batch: empty outputs, still connected to the head
-            blocks = [
-                _block(
-                    hidden[:0],
-                    weight,
-                    bias,
-                    targets[:0],
-                    temperature=temperature,
-                    softcap=final_logit_softcapping,
-                    logit_scale=logit_scale,
-                    outputs=outputs,
-                )  # fmt: skip
-            ]
         return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*blocks, strict=True))

@@ -134,7 +134,7 @@ class RolloutService:
     """Generation, scoring and forwards outside TRL's own batch, through the trainer's TRL 1.16 methods: what a member
     that declares the ``rollout`` capability reaches as ``host.rollouts`` (AEPO, dynamic sampling).
 
-    TRL 1.16 surface used here (declared in ``trl_compat.TRL_SURFACE``, pinned by ``tests/test_trl_contract.py``):
+    TRL 1.16 surface used here (declared in ``compat.TRL_SURFACE``, pinned by ``tests/test_trl_contract.py``):
     ``_generate``, ``_calculate_rewards``, ``_get_per_token_logps_and_entropies``, ``_metrics``, ``_tokenizer``,
     ``generation_config``, ``vllm_generation``, ``use_vllm``, ``vllm_importance_sampling_*``, ``reward_weights``,
     ``eos_token_ids``, ``pad_to_multiple_of``, ``mask_truncated_completions``, and the ``ref_model`` through
@@ -262,8 +262,7 @@ class RolloutService:
         same checks and errors as TRL's own batch, ``ext_on_rewards``; a collective)."""
         trainer = self._trainer
         rewards_per_func = GRPOTrainer._calculate_rewards(trainer, inputs, prompts, completions, completion_ids)
-        if hasattr(trainer, "ext_on_rewards"):
-            trainer.ext_on_rewards(rewards_per_func)
+        trainer.ext_on_rewards(rewards_per_func)
         return combined_rewards(rewards_per_func, trainer.reward_weights)
 
     def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:

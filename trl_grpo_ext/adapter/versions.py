@@ -21,6 +21,7 @@ Differences between the supported versions, all handled here:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import warnings
@@ -76,8 +77,6 @@ def logps_signature_source(trainer_cls) -> object:
     ``_full_logits_logps`` on TRL 1.14 (where the method forwards ``*args``), the method itself on 1.15 and 1.16."""
     method = trainer_cls._get_per_token_logps_and_entropies
     forwarded = getattr(trainer_cls, "_full_logits_logps", None)
-    import inspect
-
     parameters = inspect.signature(method).parameters
     takes_varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters.values())
     return forwarded if takes_varargs and forwarded is not None else method
