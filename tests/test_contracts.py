@@ -13,6 +13,7 @@ from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
 from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, KL_CONTROLLERS, TOKEN_CLIPS, Extension
 from trl_grpo_ext.families.base import GenerationUpdate, HostView, restrict
 from trl_grpo_ext.families.contracts import MemberContractError, Receiver
+from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate
 
 #: Tiny trainers, seconds in all: in the edit-loop tier (tests/conftest.py).
 pytestmark = pytest.mark.fast
@@ -122,30 +123,100 @@ def test_a_beta_outside_its_range_is_refused_naming_the_member(value):
 RECEIVE = Receiver(lambda: 3)
 
 
+def test_a_hook_with_the_wrong_parameters_is_refused_at_registration():
+    with pytest.raises(
+        MemberContractError,
+        match=r"token_clip='short_clip': ShortClip\.modify_logps\(self, logps\) takes 1 argument\(s\); the trainer "
+        r"calls modify_logps\(self, logps, ctx\).*interfaces\.TokenClip\.modify_logps",
+    ):
+
+        @TOKEN_CLIPS.register("short_clip")
+        class ShortClip(Extension):
+            def modify_logps(self, logps):  # type: ignore[override]
+                return logps
+
+    assert "short_clip" not in TOKEN_CLIPS
+
+
+def test_an_observer_is_checked_at_registration_too():
+    from trl_grpo_ext.families import OBSERVERS
+
+    with pytest.raises(MemberContractError, match=r"observer='fn_watch': watch is not a class derived from"):
+
+        @OBSERVERS.register("fn_watch")
+        def watch(batch):
+            return None
+
+    with pytest.raises(MemberContractError, match=r"implements none of \['on_generation', 'after_loss'\].*Observer"):
+
+        @OBSERVERS.register("idle_watch")
+        class Idle(Extension):
+            pass
+
+    assert "fn_watch" not in OBSERVERS and "idle_watch" not in OBSERVERS
+
+
 class Member:
     pass
 
 
 def test_generation_updates_are_checked():
     member = Member()
-    with pytest.raises(MemberContractError, match=r"Member\.on_generation at step 3: returned dict"):
-        RECEIVE.generation_update(member, {"advantages": torch.zeros(8)}, rows=8)
+    with pytest.raises(MemberContractError, match=r"Member\.on_generation at step 3: returned dict.*AdvantageUpdate"):
+        RECEIVE.generation_update(member, {"advantages": torch.zeros(8)}, rows=8, family="advantage_estimator")
     with pytest.raises(MemberContractError, match=r"shape \(16,\); the batch has 8 rows"):
-        RECEIVE.generation_update(member, GenerationUpdate(advantages=torch.zeros(16)), rows=8)
+        RECEIVE.generation_update(
+            member, AdvantageUpdate(advantages=torch.zeros(16)), rows=8, family="advantage_estimator"
+        )
     with pytest.raises(MemberContractError, match=r"shape \(4,\); the batch has 8 rows"):
-        RECEIVE.generation_update(member, GenerationUpdate(advantages=torch.zeros(4)), rows=8)
+        RECEIVE.generation_update(
+            member, AdvantageUpdate(advantages=torch.zeros(4)), rows=8, family="advantage_weighting"
+        )
     nan = torch.zeros(8)
     nan[5] = float("nan")
     with pytest.raises(MemberContractError, match=r"1 non-finite value\(s\) \(rows \[5\]\).*nan_to_num"):
-        RECEIVE.generation_update(member, GenerationUpdate(advantages=nan), rows=8)
+        RECEIVE.generation_update(member, AdvantageUpdate(advantages=nan), rows=8, family="advantage_estimator")
     with pytest.raises(MemberContractError, match=r"are a torch.int64 tensor"):
-        RECEIVE.generation_update(member, GenerationUpdate(advantages=torch.zeros(8, dtype=torch.long)), rows=8)
+        RECEIVE.generation_update(
+            member, AdvantageUpdate(advantages=torch.zeros(8, dtype=torch.long)), rows=8, family="advantage_estimator"
+        )
     with pytest.raises(MemberContractError, match=r"keep is a torch.float32 tensor of shape \(8,\), not a \(8,\) bool"):
-        RECEIVE.generation_update(member, GenerationUpdate(keep=torch.ones(8)), rows=8)
-    ok = GenerationUpdate(advantages=torch.zeros(8, 3), keep=torch.ones(8, dtype=torch.bool))
-    assert (
-        RECEIVE.generation_update(member, ok, rows=8) is ok and RECEIVE.generation_update(member, None, rows=8) is None
-    )
+        RECEIVE.generation_update(member, FilterUpdate(keep=torch.ones(8)), rows=8, family="sample_filter")
+    ok = FilterUpdate(keep=torch.ones(8, dtype=torch.bool))
+    assert RECEIVE.generation_update(member, ok, rows=8, family="sample_filter") is ok
+    assert RECEIVE.generation_update(member, None, rows=8, family="kl_control") is None
+    # a plain GenerationUpdate passes when it sets only its family's fields
+    plain = GenerationUpdate(advantages=torch.zeros(8, 3))
+    assert RECEIVE.generation_update(member, plain, rows=8, family="advantage_weighting") is plain
+
+
+def test_an_update_outside_the_family_interface_is_refused():
+    """A filter's advantages, an estimator's keep flags, anything from a KL controller or an observer: each family
+    returns its own output type (trl_grpo_ext.families.interfaces)."""
+    member = Member()
+    cases = [
+        ("sample_filter", GenerationUpdate(advantages=torch.zeros(8)), r"set \['advantages'\].*FilterUpdate"),
+        (
+            "advantage_estimator",
+            GenerationUpdate(keep=torch.ones(8, dtype=torch.bool)),
+            r"set \['keep'\].*AdvantageUpdate",
+        ),
+        ("kl_control", AdvantageUpdate(advantages=torch.zeros(8)), r"its family returns nothing.*return None"),
+        ("observer", FilterUpdate(keep=torch.ones(8, dtype=torch.bool)), r"an? observer member does not return"),
+        ("entropy_control", AdvantageUpdate(advantages=torch.zeros(8)), r"\['advantages'\].*SpliceUpdate"),
+    ]
+    for family, update, message in cases:
+        with pytest.raises(MemberContractError, match=rf"Member\.on_generation at step 3: .*{message}"):
+            RECEIVE.generation_update(member, update, rows=8, family=family)
+
+
+def test_the_family_outputs_carry_only_their_fields():
+    with pytest.raises(TypeError):
+        FilterUpdate(keep=torch.ones(8, dtype=torch.bool), advantages=torch.zeros(8))  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        AdvantageUpdate(advantages=torch.zeros(8), keep=None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        FilterUpdate()  # type: ignore[call-arg]  (keep is required)
 
 
 def test_loss_side_outputs_are_checked():

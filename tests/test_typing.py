@@ -1,5 +1,6 @@
-"""The member interface type-checks: mypy on the families and the pure core, on a member written against the
-interface (it passes), and on one whose hooks break it (it is refused, hook by hook)."""
+"""The member interfaces type-check: mypy on the families and the pure core, on members written against their family's
+interface and registered in its typed registry (they pass), and on ones whose hooks or outputs break it (refused, hook
+by hook, and at the register line)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,10 @@ def test_a_member_breaking_the_hook_signatures_does_not():
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert 'Return type "list[int]" of "select_tokens" incompatible' in proc.stdout, proc.stdout
     assert 'Return type "float" of "extra_loss" incompatible' in proc.stdout, proc.stdout
+
+
+def test_a_member_returning_another_familys_output_is_refused_at_its_register_line():
+    """The registries are typed by the family Protocols (trl_grpo_ext.families.interfaces)."""
+    proc = _mypy(CASES / "bad_member.py")
+    assert '"type[KeepsRows]"; expected "type[AdvantageEstimator]"' in proc.stdout, proc.stdout
+    assert '"type[WritesAdvantages]"; expected "type[SampleFilter]"' in proc.stdout, proc.stdout

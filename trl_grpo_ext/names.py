@@ -10,9 +10,19 @@ class): the config package reads them here instead of importing the families, th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core.registry import Registry
+
+if TYPE_CHECKING:  # the families import this module; their interfaces are only annotations here
+    from .families.interfaces import (
+        AdvantageEstimator,
+        AdvantageWeighting,
+        EntropyControl,
+        KLController,
+        SampleFilter,
+        TokenClip,
+    )
 
 #: The TRL minor version the copies of ``adapter.compat`` were taken from.
 TRL_VERSION = "1.16"
@@ -52,15 +62,21 @@ DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "prompt_in
 #: What the collapse alarm may do (``collapse_action``).
 ALARM_ACTIONS = ("warn", "save", "stop", "rollback")
 
-ADVANTAGE_ESTIMATORS: Registry = Registry("advantage_estimator", symbol="ADVANTAGE_ESTIMATORS")
-ADVANTAGE_WEIGHTINGS: Registry = Registry("advantage_weighting", symbol="ADVANTAGE_WEIGHTINGS")
-TOKEN_CLIPS: Registry = Registry("token_clip", symbol="TOKEN_CLIPS")
-SAMPLE_FILTERS: Registry = Registry("sample_filter", symbol="SAMPLE_FILTERS")
-KL_CONTROLLERS: Registry = Registry("kl_control", symbol="KL_CONTROLLERS")
-ENTROPY_CONTROLS: Registry = Registry("entropy_control", symbol="ENTROPY_CONTROLS")
+# Each registry is typed by its family's Protocol (trl_grpo_ext.families.interfaces): mypy checks a class at its
+# ``@REGISTRY.register(...)`` line; at run time the registry's ``check`` (the member contract) does.
+ADVANTAGE_ESTIMATORS: Registry[type[AdvantageEstimator]] = Registry(
+    "advantage_estimator", symbol="ADVANTAGE_ESTIMATORS"
+)
+ADVANTAGE_WEIGHTINGS: Registry[type[AdvantageWeighting]] = Registry(
+    "advantage_weighting", symbol="ADVANTAGE_WEIGHTINGS"
+)
+TOKEN_CLIPS: Registry[type[TokenClip]] = Registry("token_clip", symbol="TOKEN_CLIPS")
+SAMPLE_FILTERS: Registry[type[SampleFilter]] = Registry("sample_filter", symbol="SAMPLE_FILTERS")
+KL_CONTROLLERS: Registry[type[KLController]] = Registry("kl_control", symbol="KL_CONTROLLERS")
+ENTROPY_CONTROLS: Registry[type[EntropyControl]] = Registry("entropy_control", symbol="ENTROPY_CONTROLS")
 
 #: config switch -> its family's registry, in the order the trainer runs the members.
-FAMILIES: dict[str, Registry] = {
+FAMILIES: dict[str, Registry[Any]] = {
     "advantage_estimator": ADVANTAGE_ESTIMATORS,
     "advantage_weighting": ADVANTAGE_WEIGHTINGS,
     "sample_filter": SAMPLE_FILTERS,
@@ -70,6 +86,6 @@ FAMILIES: dict[str, Registry] = {
 }
 
 
-def registry_for(switch: str) -> Registry:
+def registry_for(switch: str) -> Registry[Any]:
     """The registry behind a config switch (``advantage_estimator``, ``token_clip``, ``sample_filter``, ...)."""
     return FAMILIES[switch]

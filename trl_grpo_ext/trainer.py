@@ -449,8 +449,11 @@ class GRPOExtTrainer(TRLHooks):
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         splices = []
         rows = batch.rewards.numel()  # every process's rows
-        for extension in self.extensions.values():
-            update = self.ext_receiver.generation_update(extension, extension.on_generation(batch), rows=rows)
+        for key, extension in self.extensions.items():
+            family = key if key in FAMILIES else "observer"
+            update = self.ext_receiver.generation_update(
+                extension, extension.on_generation(batch), rows=rows, family=family
+            )
             if update is not None:
                 self._apply_generation_update(batch, update)
                 if update.splice is not None:

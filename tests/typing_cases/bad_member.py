@@ -1,10 +1,11 @@
-"""A member whose hooks break the interface: mypy must refuse it (tests/test_typing.py)."""
+"""Members that break their family's interface: mypy must refuse each (tests/test_typing.py; nothing here runs)."""
 
 from __future__ import annotations
 
 import torch
 
-from trl_grpo_ext.families import Extension, LossContext
+from trl_grpo_ext.families import ADVANTAGE_ESTIMATORS, SAMPLE_FILTERS, Extension, GenerationBatch, LossContext
+from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate
 
 
 class WrongHooks(Extension):
@@ -13,3 +14,15 @@ class WrongHooks(Extension):
 
     def extra_loss(self, ctx: LossContext) -> float:  # a tensor, not a float
         return 0.0
+
+
+@ADVANTAGE_ESTIMATORS.register("keeps_rows")  # an estimator returning a filter's output
+class KeepsRows(Extension):
+    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
+        return None
+
+
+@SAMPLE_FILTERS.register("writes_advantages")  # a filter returning advantages
+class WritesAdvantages(Extension):
+    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
+        return None

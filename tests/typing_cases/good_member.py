@@ -1,4 +1,5 @@
-"""A member written against the family interface: type-checks (tests/test_typing.py runs mypy on it)."""
+"""Members written against the family interfaces and registered in the typed registries: type-check
+(tests/test_typing.py runs mypy on it; nothing here runs)."""
 
 from __future__ import annotations
 
@@ -6,23 +7,44 @@ from typing import ClassVar
 
 import torch
 
-from trl_grpo_ext.families import Extension, GenerationBatch, LossContext
-from trl_grpo_ext.families.base import GenerationUpdate
+from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, SAMPLE_FILTERS, TOKEN_CLIPS, GenerationBatch, LossContext
+from trl_grpo_ext.families.interfaces import (
+    AdvantageUpdate,
+    AdvantageWeightingBase,
+    FilterUpdate,
+    SampleFilterBase,
+    TokenClipBase,
+)
 
 
-class HalveNegatives(Extension):
+@ADVANTAGE_WEIGHTINGS.register("halve_negatives")
+class HalveNegatives(AdvantageWeightingBase):
     """An advantage weighting: negative advantages count half, in the batch and in the loss."""
 
     config_fields: ClassVar[tuple[str, ...]] = ("beta",)
     metrics: ClassVar[tuple[str, ...]] = ("halve/negative_frac",)
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
         advantages = batch.output["advantages"]
         self.log_metric(batch.mode, "halve/negative_frac", float((advantages < 0).float().mean()))
         return None
 
     def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return torch.where(advantages < 0, advantages / 2, advantages)
+
+
+@SAMPLE_FILTERS.register("positive_only")
+class PositiveOnly(SampleFilterBase):
+    """A sample filter: rows with a positive reward train."""
+
+    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
+        return FilterUpdate(keep=torch.nan_to_num(batch.rewards, nan=0.0) > 0)
+
+
+@TOKEN_CLIPS.register("negative_logp_tokens")
+class NegativeLogpTokens(TokenClipBase):
+    """A token clip acting on the tokens of negative log-probability (any Extension subclass may be one: its hooks are
+    all in the loss)."""
 
     def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
         return ctx.policy_mask & (ctx.logps.detach() < 0)

@@ -7,11 +7,12 @@ import torch
 from ..core.advantages import group_relative_advantages
 from ..core.pkpo import annealed_k, pass_at_k_weights
 from ..names import config_error, pkpo_start_k
-from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
+from .base import ADVANTAGE_ESTIMATORS, GenerationBatch
+from .interfaces import AdvantageEstimatorBase, AdvantageUpdate
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")
-class OutcomeAdvantage(Extension):
+class OutcomeAdvantage(AdvantageEstimatorBase):
     """TRL's group-normalised outcome advantage; recomputed only for ``advantage_std="population"``.
 
     With ``advantage_std="sample"`` TRL's own advantages are kept untouched (bit-for-bit parity with GRPOTrainer).
@@ -23,10 +24,10 @@ class OutcomeAdvantage(Extension):
     docs = "outcome_advantages.md"
     gives_group_advantages = True
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
         if self.args.advantage_std == "sample":
             return None
-        return GenerationUpdate(advantages=self.group_advantages(batch.rewards, batch.group_size))
+        return AdvantageUpdate(advantages=self.group_advantages(batch.rewards, batch.group_size))
 
     def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         args, scale = self.args, self.host.scale_rewards
@@ -34,7 +35,7 @@ class OutcomeAdvantage(Extension):
 
 
 @ADVANTAGE_ESTIMATORS.register("pass_at_k")
-class PassAtKAdvantage(Extension):
+class PassAtKAdvantage(AdvantageEstimatorBase):
     """PKPO (Walder & Karkhanis 2025, arXiv 2505.15201): each training sample's advantage is ``(n / k) * w_i``, where
     ``w_i`` are PKPO's weights (:func:`~trl_grpo_ext.core.pkpo.pass_at_k_weights`, ``pkpo_estimator``) on the
     group's rewards: their policy gradient is an unbiased estimate of the gradient of pass@k (best reward of k samples
@@ -68,13 +69,13 @@ class PassAtKAdvantage(Extension):
         k = pkpo_start_k(args.pkpo_k, args.num_generations)
         return args.pkpo_estimator == "loo_minus_one" and k >= 2 and args.pkpo_anneal_fraction == 0.0
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
         if batch.mode != "train":
             return None
         advantages = self.group_advantages(batch.rewards, batch.group_size)
         self.log_metric("train", "pkpo/k", self._k(batch.group_size))
         self.log_metric("train", "pkpo/adv_abs_mean", float(advantages.abs().mean()))
-        return GenerationUpdate(advantages=advantages)
+        return AdvantageUpdate(advantages=advantages)
 
     def _k(self, group_size: int) -> int:
         args = self.args

@@ -6,13 +6,14 @@ import torch
 
 from ..core.advantages import scale_positive_advantages, w_reinforce_advantages
 from ..names import config_error
-from .base import ADVANTAGE_WEIGHTINGS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
+from .base import ADVANTAGE_WEIGHTINGS, GenerationBatch, LossContext, Off
+from .interfaces import AdvantageUpdate, AdvantageWeightingBase
 
 ADVANTAGE_WEIGHTINGS.register("none")(Off)
 
 
 @ADVANTAGE_WEIGHTINGS.register("w_reinforce")
-class WReinforce(Extension):
+class WReinforce(AdvantageWeightingBase):
     """W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning", arXiv
     2506.01347, sec. 5): ``lambda * L_PSR + L_NSR``, positive samples reinforced with a small weight
     (``w_reinforce_lambda``), negative ones pushed down fully.
@@ -76,7 +77,7 @@ class WReinforce(Extension):
                 "its pass@1 advantages have both signs), or set advantage_weighting='none'",
             )
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
         if batch.mode != "train":
             return None
         args = self.args
@@ -88,7 +89,7 @@ class WReinforce(Extension):
             positive = (batch.rewards > args.w_reinforce_threshold).float().sum() / scorable.sum().clamp(min=1)
             self.log_metric("train", "w_reinforce/positive_frac", float(positive))
             self.log_metric("train", "w_reinforce/adv_mean", float(advantages.mean()))
-            return GenerationUpdate(advantages=advantages.to(batch.rewards.dtype))
+            return AdvantageUpdate(advantages=advantages.to(batch.rewards.dtype))
         # "group": the weighting acts in the loss; log what it will do to this batch (rows by their first token)
         local = batch.output["advantages"]
         per_row = local if local.dim() == 1 else local[:, 0]  # (B,)

@@ -548,6 +548,10 @@ class Extension:
 
 class Off(Extension):
     """The "off" member every family registers (``token_clip="none"``, ``kl_control="fixed"``, ...): no hooks; the
-    trainer does not instantiate it, so a run with every family off is TRL's ``GRPOTrainer``."""
+    trainer does not instantiate it, so a run with every family off is TRL's ``GRPOTrainer``. Its ``on_generation``
+    returns nothing, which satisfies every family's interface (:mod:`~trl_grpo_ext.families.interfaces`)."""
 
     is_off = True
+
+    def on_generation(self, batch: GenerationBatch) -> None:
+        return None

@@ -4,11 +4,13 @@ Two sides, both here:
 
 - **A member class is checked when it is registered** (:func:`check_member_class`, run by every family registry's
   ``register``): it is an :class:`~trl_grpo_ext.families.base.Extension` subclass built from the host alone, it
-  implements the hook its family needs (:data:`FAMILY_HOOKS`), its ``config_fields`` is a tuple of names of
+  implements a hook its family needs with the family interface's parameters
+  (:data:`~trl_grpo_ext.families.interfaces.FAMILY_INTERFACES`), its ``config_fields`` is a tuple of names of
   ``GRPOExtConfig`` fields and its ``host_capabilities`` are known ones. A user's variant that breaks one of these
   fails at its ``@REGISTRY.register(...)`` line, with the class, the rule and the fix, instead of at the first step.
-- **What a member returns is checked where the trainer receives it** (:class:`Receiver`): shapes, dtypes, lengths,
-  finiteness and ranges of advantages, keep flags, token selections, log-probs, loss terms, loss scales and beta. A
+- **What a member returns is checked where the trainer receives it** (:class:`Receiver`): the update type its family
+  may return (a sample filter's advantages are refused), shapes, dtypes, lengths, finiteness and ranges of
+  advantages, keep flags, token selections, log-probs, loss terms, loss scales and beta. A
   violation is a :class:`MemberContractError` naming the member, the hook and the step, and what to return instead;
   a NaN advantage never reaches the weights (it used to leave every weight NaN after one step, the error coming a
   step later from sampling, naming nothing).
@@ -23,33 +25,6 @@ import numbers
 from typing import Any
 
 import torch
-
-#: family switch -> the hooks a member must implement (override from ``Extension``), at least one of them, and why.
-FAMILY_HOOKS: dict[str, tuple[tuple[str, ...], str]] = {
-    "advantage_estimator": (
-        ("on_generation", "group_advantages"),
-        "an advantage estimator writes the batch's advantages (on_generation) and/or gives whole groups' advantages "
-        "from their rewards (group_advantages: what dynamic sampling's new groups get)",
-    ),
-    "advantage_weighting": (
-        ("on_generation", "shape_advantages"),
-        "an advantage weighting rewrites the batch's advantages (on_generation) or the loss's (shape_advantages)",
-    ),
-    "sample_filter": (("on_generation",), "a sample filter returns the rows that train from on_generation"),
-    "token_clip": (
-        ("select_tokens", "modify_logps", "extra_loss"),
-        "a token clip acts on the policy's log-probs inside the loss (select_tokens chooses the tokens, modify_logps "
-        "and extra_loss act on them)",
-    ),
-    "kl_control": (
-        ("on_generation", "after_loss"),
-        "a KL controller sets host.beta from what on_generation or after_loss measured",
-    ),
-    "entropy_control": (
-        ("on_generation", "shape_advantages", "modify_logps", "extra_loss", "after_loss"),
-        "an entropy control acts through at least one hook",
-    ),
-}
 
 
 class MemberContractError(ValueError):
@@ -107,14 +82,30 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             f"{where}: {cls}.host_capabilities = {capabilities!r}: each must be one of {list(CAPABILITIES)}, in a "
             "tuple. Fix: declare the capabilities the member uses, e.g. host_capabilities = ('rollout',)."
         )
-    if getattr(obj, "is_off", False) or family not in FAMILY_HOOKS:
+    if getattr(obj, "is_off", False):
         return
-    hooks, why = FAMILY_HOOKS[family]
-    if not any(getattr(obj, hook) is not getattr(Extension, hook) for hook in hooks):
+    from .interfaces import FAMILY_INTERFACES
+
+    interface = FAMILY_INTERFACES[family]
+    implemented = [hook for hook in interface.hooks if getattr(obj, hook) is not getattr(Extension, hook)]
+    if not set(implemented) & set(interface.required):
         raise MemberContractError(
-            f"{where}: {cls} implements none of {list(hooks)}: {why}. Fix: override "
-            f"{' or '.join(hooks)} (the signatures are Extension's)."
+            f"{where}: {cls} implements none of {list(interface.required)}: {interface.why}. Fix: override "
+            f"{' or '.join(interface.required)} with the signature of trl_grpo_ext.families.interfaces."
+            f"{interface.protocol.__name__}."
         )
+    for hook in implemented:
+        expected = interface.parameters(hook)
+        try:
+            got = list(inspect.signature(getattr(obj, hook)).parameters)[1:]
+        except (TypeError, ValueError):  # not introspectable (a C callable): the call will tell
+            continue
+        if len(got) != len(expected):
+            raise MemberContractError(
+                f"{where}: {cls}.{hook}(self, {', '.join(got)}) takes {len(got)} argument(s); the trainer calls "
+                f"{hook}(self, {', '.join(expected)}). Fix: use the signature of trl_grpo_ext.families.interfaces."
+                f"{interface.protocol.__name__}.{hook}."
+            )
 
 
 # ---------------------------------------------------------------------------------------------------- combinations
@@ -180,20 +171,35 @@ class Receiver:
         return MemberContractError(f"{name}.{hook} at step {self._step_of()}: {problem}. Fix: {fix}")
 
     # ------------------------------------------------------------------ generation side
-    def generation_update(self, member, update, *, rows: int):
-        """``on_generation``'s return: None or a ``GenerationUpdate`` whose (N,) / (N, T') advantages are finite floats
-        and (N,) keep flags are booleans, N = ``rows`` (every process's rows)."""
+    def generation_update(self, member, update, *, rows: int, family: str):
+        """``on_generation``'s return: None, or an update of the type the member's ``family`` returns
+        (:data:`~trl_grpo_ext.families.interfaces.FAMILY_INTERFACES`; a plain ``GenerationUpdate`` setting only the
+        family's fields passes too) whose (N,) / (N, T') advantages are finite floats and (N,) keep flags are booleans,
+        N = ``rows`` (every process's rows)."""
         from ..adapter.rollouts import Splice
         from .base import GenerationUpdate
+        from .interfaces import FAMILY_INTERFACES
 
         if update is None:
             return None
+        interface = FAMILY_INTERFACES[family]
+        returns = "None" if interface.update_type is None else f"None or {interface.update_type.__name__}(...)"
         if not isinstance(update, GenerationUpdate):
             raise self.fail(
                 member,
                 "on_generation",
                 f"returned {_describe(update)}",
-                "return None or trl_grpo_ext.families.base.GenerationUpdate(advantages=..., keep=..., splice=...)",
+                f"a {family} member returns {returns} (trl_grpo_ext.families.interfaces)",
+            )
+        foreign = sorted(name for name in ("advantages", "keep", "splice") if getattr(update, name) is not None)
+        foreign = [name for name in foreign if name not in interface.update_fields]
+        if foreign:
+            raise self.fail(
+                member,
+                "on_generation",
+                f"set {foreign}, which a {family} member does not return (its family returns "
+                f"{sorted(interface.update_fields) or 'nothing'}: {interface.protocol.__name__})",
+                f"return {returns}; {', '.join(foreign)} belong(s) to another family's member",
             )
         if update.advantages is not None:
             self.advantages(member, "on_generation", update.advantages, rows=rows, what="advantages of every process")
@@ -340,4 +346,4 @@ class Receiver:
         return float(number)
 
 
-__all__ = ["FAMILY_HOOKS", "MemberContractError", "Receiver", "check_member_class", "check_selection"]
+__all__ = ["MemberContractError", "Receiver", "check_member_class", "check_selection"]

@@ -11,7 +11,8 @@ import torch
 from ..adapter.rollouts import Rollout, Splice
 from ..core.sample_filter import pf_keep_mask
 from ..names import config_error
-from .base import SAMPLE_FILTERS, GenerationBatch, GenerationUpdate
+from .base import SAMPLE_FILTERS, GenerationBatch
+from .interfaces import FilterUpdate
 from .sample_filter import PolicyFilter
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class DynamicSampling(PolicyFilter):
             # refuses, naming the fix, a train_dataset that is missing or empty
             self.host.rollouts.draw_prompts(0, torch.Generator())
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
         if batch.mode != "train":
             return super().on_generation(batch)  # evaluation: nonzero_std's rule, only with pf_filter_eval
         args, host = self.args, self.host
@@ -173,7 +174,7 @@ class DynamicSampling(PolicyFilter):
                 rounds,
                 host.global_step,
             )
-        return GenerationUpdate(keep=all_keep, splice=splice)
+        return FilterUpdate(keep=all_keep, splice=splice)
 
     @staticmethod
     def _signal(rewards: torch.Tensor, group: int) -> torch.Tensor:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 
 from ..core.advantages import entropy_shaped_advantages
-from .base import ENTROPY_CONTROLS, Extension, LossContext
+from .base import ENTROPY_CONTROLS, LossContext
+from .interfaces import EntropyControlBase
 
 
 @ENTROPY_CONTROLS.register("entropy_advantage")
-class EntropyAdvantage(Extension):
+class EntropyAdvantage(EntropyControlBase):
     """Entropy-based advantage shaping (Cheng et al. 2025, "Reasoning with Exploration: An Entropy Perspective", arXiv
     2506.14758): every trained token's advantage gains ``min(entropy_adv_alpha * H_t, |A_t| / entropy_adv_kappa)``,
     with ``H_t`` the policy's entropy at the token in the same forward pass, detached. No entropy loss: high-entropy

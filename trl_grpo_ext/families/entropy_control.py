@@ -20,7 +20,8 @@ from ..core.aepo import (
 )
 from ..core.state import state_number
 from ..names import config_error
-from .base import ENTROPY_CONTROLS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
+from .base import ENTROPY_CONTROLS, GenerationBatch, LossContext, Off
+from .interfaces import EntropyControlBase, SpliceUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ AEPO_RULES: dict[str, dict[str, str]] = {
 
 
 @ENTROPY_CONTROLS.register("aepo")
-class AEPO(Extension):
+class AEPO(EntropyControlBase):
     """AEPO (arXiv 2510.08141) on top of whatever GRPO loss runs; by default as the authors' code runs it.
 
     Per training generation batch:
@@ -183,7 +184,7 @@ class AEPO(Extension):
         groups = local_rows // group_size
         return max(1, math.floor(fraction * groups + 1e-9)) * group_size
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> SpliceUpdate | None:
         if batch.mode != "train":
             return None
         args, host, rules = self.args, self.host, AEPO_RULES[self.args.aepo_mode]
@@ -213,7 +214,7 @@ class AEPO(Extension):
         local = keep[rank * rows : (rank + 1) * rows].nonzero().flatten().tolist()
         update = None
         if args.aepo_mode == "splice":
-            update = GenerationUpdate(splice=Splice(rollout.select(local), advantage=args.aepo_coef))
+            update = SpliceUpdate(splice=Splice(rollout.select(local), advantage=args.aepo_coef))
         else:
             self._chunks = self._build_chunks(rollout, local)
         elapsed = time.perf_counter() - start

@@ -11,14 +11,15 @@ from ..adapter.compat import per_token_kl
 from ..core.diversity import distinct_n_batch
 from ..core.kl_control import AdaptiveKLController, DiversityKLController
 from ..names import config_error
-from .base import KL_CONTROLLERS, Extension, GenerationBatch, LossContext, Off
+from .base import KL_CONTROLLERS, GenerationBatch, LossContext, Off
+from .interfaces import KLControllerBase
 
 logger = logging.getLogger(__name__)
 
 KL_CONTROLLERS.register("fixed")(Off)
 
 
-class _BetaControl(Extension):
+class _BetaControl(KLControllerBase):
     """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state."""
 
     host_capabilities = ("set_beta",)

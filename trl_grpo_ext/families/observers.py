@@ -6,6 +6,7 @@ config fields instead of one switch: ``enabled(args)`` says whether a run builds
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -14,13 +15,17 @@ from ..callbacks import CollapseMonitor, monitor_metric_keys
 from ..core.diversity import pass_at_k
 from ..core.registry import Registry
 from ..detector import detector_from_config
-from .base import Extension, GenerationBatch, LossContext
+from .base import GenerationBatch, LossContext
+from .contracts import check_member_class
+from .interfaces import Observer, ObserverBase
 
-OBSERVERS: Registry[type[Extension]] = Registry("observer", symbol="OBSERVERS")
+OBSERVERS: Registry[type[Observer]] = Registry(
+    "observer", symbol="OBSERVERS", check=functools.partial(check_member_class, family="observer")
+)
 
 
 @OBSERVERS.register("collapse_monitor")
-class CollapseObserver(Extension):
+class CollapseObserver(ObserverBase):
     """Feeds :class:`~trl_grpo_ext.callbacks.CollapseMonitor` (``diversity_metrics``, ``collapse_*``) from the hooks:
     every generation batch's completion ids (all processes) and every training loss pass's entropies."""
 
@@ -92,7 +97,7 @@ class CollapseObserver(Extension):
 
 
 @OBSERVERS.register("pass_at_k")
-class PassAtK(Extension):
+class PassAtK(ObserverBase):
     """``eval_pass_at_k``: unbiased pass@k (Chen et al. 2021) from each evaluation batch's sampled completions, and
     with ``eval_pass_greedy`` the accuracy of one greedy decode per prompt (``pass@k/greedy``)."""
 

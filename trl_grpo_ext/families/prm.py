@@ -11,13 +11,14 @@ from ..core.advantages import group_relative_advantages
 from ..core.prm import prm_step_advantages
 from ..prm.segmentation import segment_completion
 from ..prm.sources import CausalLMPRM, TokenClassificationPRM, call_step_function, source_name, sum_step_rewards
-from .base import ADVANTAGE_ESTIMATORS, Extension, GenerationBatch, GenerationUpdate
+from .base import ADVANTAGE_ESTIMATORS, GenerationBatch
+from .interfaces import AdvantageEstimatorBase, AdvantageUpdate
 
 logger = logging.getLogger(__name__)
 
 
 @ADVANTAGE_ESTIMATORS.register("prm")
-class PRMAdvantage(Extension):
+class PRMAdvantage(AdvantageEstimatorBase):
     """Segments completions into steps, scores the steps, and turns them into (B, T) token advantages.
 
     Per generation batch: each process segments its completions (``prm_step_separator`` or
@@ -79,7 +80,7 @@ class PRMAdvantage(Extension):
                 "prm_model_name_or_path in GRPOExtConfig."
             )
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate:
+    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate:
         args, host = self.args, self.host
         out = batch.output
         tokenizer = host.tokenizer
@@ -118,7 +119,7 @@ class PRMAdvantage(Extension):
             advantages = advantages + args.prm_outcome_coef * outcome.to(ids.device).unsqueeze(1)
         local = advantages[batch.process_slice, : ids.size(1)] * mask  # (B, T), 0 on padding
         self._log(batch, all_rewards, all_ends, local, mask)
-        return GenerationUpdate(advantages=advantages)  # (N, width): the trainer keeps this process's rows
+        return AdvantageUpdate(advantages=advantages)  # (N, width): the trainer keeps this process's rows
 
     def _log(self, batch, all_rewards, all_ends, local, mask) -> None:
         counts = [len(r) for r in all_rewards]

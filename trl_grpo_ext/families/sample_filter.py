@@ -9,12 +9,13 @@ import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
-from .base import KEEP_KEY, SAMPLE_FILTERS, Extension, GenerationBatch, GenerationUpdate, LossContext, Off
+from .base import KEEP_KEY, SAMPLE_FILTERS, GenerationBatch, LossContext, Off
+from .interfaces import FilterUpdate, SampleFilterBase
 
 logger = logging.getLogger(__name__)
 
 
-class PolicyFilter(Extension):
+class PolicyFilter(SampleFilterBase):
     """Keeps the rows a PF-PPO strategy picks, per prompt group, after advantages were computed on the full group: the
     member of every strategy of :data:`~trl_grpo_ext.core.sample_filter.SAMPLE_FILTER_STRATEGIES` (the switch's
     value names the strategy).
@@ -42,7 +43,7 @@ class PolicyFilter(Extension):
         super().__init__(host)
         self.strategy = self.args.sample_filter
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
         if batch.mode == "eval" and not self.args.pf_filter_eval:
             return None  # eval_loss over every completion, comparable with GRPOTrainer
         host = self.host
@@ -68,7 +69,7 @@ class PolicyFilter(Extension):
             )
         else:
             self.log_metric(batch.mode, "filter/all_filtered", 0.0)
-        return GenerationUpdate(keep=keep)
+        return FilterUpdate(keep=keep)
 
     def loss_scale(self, inputs, mode: str) -> float:
         """rows / kept rows of the micro-batch for per-sequence loss types (1.0 otherwise or when nothing is kept)."""

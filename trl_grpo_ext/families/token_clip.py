@@ -16,14 +16,15 @@ import torch
 from ..core.collectives import LOCAL
 from ..core.token_clip import clip_cov_mask, kl_cov_mask, kl_cov_penalty, ppo_clipped_mask, token_covariance
 from ..names import config_error
-from .base import TOKEN_CLIPS, Extension, LossContext, Off
+from .base import TOKEN_CLIPS, LossContext, Off
+from .interfaces import TokenClipBase
 
 logger = logging.getLogger(__name__)
 
 TOKEN_CLIPS.register("none")(Off)
 
 
-class _CovarianceClip(Extension):
+class _CovarianceClip(TokenClipBase):
     #: The config fields it reads (its ``self.args`` holds these only).
     config_fields: ClassVar[tuple[str, ...]] = ("token_clip_scope",)
 
