@@ -3,13 +3,15 @@
 A family member is an :class:`Extension` subclass registered under the name its config switch takes. The trainer
 builds one member per family from the config and calls the same few hooks on each, in a fixed order (advantage
 estimator, advantage weighting, sample filter, token clip, KL control, entropy control), so any combination runs in
-one training step. To add a variant, subclass :class:`Extension`, register it, and select it by name; the trainer
+one training step. To add a variant, subclass the family's base (:mod:`.interfaces`: the family's Protocol, its typed
+outputs, its base class; the registry is typed by the Protocol), register it, and select it by name; the trainer
 needs no change::
 
-    from trl_grpo_ext.families import TOKEN_CLIPS, Extension
+    from trl_grpo_ext.families import TOKEN_CLIPS
+    from trl_grpo_ext.families.interfaces import TokenClipBase
 
     @TOKEN_CLIPS.register("my_clip")
-    class MyClip(Extension):
+    class MyClip(TokenClipBase):
         def modify_logps(self, logps, ctx):
             ...
 
