@@ -75,6 +75,43 @@ def test_tiny_training_run(make_trainer, tiny_model_path, name):
         assert all(cfg.get("kl_beta_min", 1e-4) <= b <= 1.0 for b in betas)
 
 
+def test_best_of_n_keeps_the_best_rewarded_rows_of_the_batch_trl_scored(make_trainer):
+    """best_of_n keeps one row per group (kept_frac 1/G) and logs the rewards of the rows it kept and dropped: their
+    row-weighted mean is TRL's logged batch reward, and the kept rows' mean is at least the dropped rows' (the best
+    of each group), strictly where some group's rewards differ."""
+    trainer = make_trainer(max_steps=3, sample_filter="best_of_n")
+    trainer.train()
+    group = trainer.args.num_generations
+    for h in last_logs(trainer):
+        assert h["filter/kept_frac"] == pytest.approx(1 / group)
+        kept, dropped = h["filter/kept_reward_mean"], h["filter/dropped_reward_mean"]
+        assert (kept + (group - 1) * dropped) / group == pytest.approx(h["reward"], rel=1e-5, abs=1e-7), h
+        assert kept >= dropped
+        if h["frac_reward_zero_std"] < 1.0:
+            assert kept > dropped, h
+
+
+def test_adaptive_kl_steers_beta_from_the_kl_trl_measures(make_trainer):
+    """The controller reads the KL TRL's loss uses (``kl/value`` equals TRL's own ``kl`` metric: one micro-batch and
+    one process per step) and each step's beta is the controller's update of the previous one on it (a member that
+    measured some other KL, or logged the new beta as the one used, fails here)."""
+    from trl_grpo_ext.core.kl_control import AdaptiveKLController
+
+    cfg = FEATURES["adaptive_kl"]
+    trainer = make_trainer(max_steps=4, **cfg)
+    trainer.train()
+    logs = last_logs(trainer)
+    assert all(h["kl/value"] == pytest.approx(h["kl"], rel=1e-4, abs=1e-9) for h in logs), logs
+    assert any(h["kl/value"] > 0 for h in logs)
+    replay = AdaptiveKLController(0.04, target=cfg["kl_target"], horizon=cfg["kl_horizon"], beta_min=1e-4, beta_max=1.0)
+    rows = trainer.args.per_device_train_batch_size  # completions per optimizer step (one process, no accumulation)
+    for before, after in zip(logs, logs[1:], strict=False):
+        assert before["kl/beta"] == pytest.approx(replay.value, rel=1e-6)
+        replay.update(before["kl/value"], n_steps=rows)
+        assert after["kl/beta"] == pytest.approx(replay.value, rel=1e-6)
+    assert trainer.beta == pytest.approx(replay.update(logs[-1]["kl/value"], n_steps=rows), rel=1e-6)
+
+
 def test_population_std_advantages_in_batch(make_trainer, train_dataset):
     from trl_grpo_ext.core import group_relative_advantages
 

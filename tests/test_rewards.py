@@ -266,6 +266,9 @@ def test_serial_math_reward_bounds_each_answer_and_the_batch(monkeypatch):
     completions, solutions = ["\\boxed{7}", "\\boxed{8}"] * 3, ["#### 7"] * 6
     set_math_reward_workers(1)
     try:
+        # budgets no load can exhaust for the plain answers (a busy machine once ran out of the default batch budget)
+        monkeypatch.setattr(pool, "BATCH_MIN_SECONDS", 600.0)
+        monkeypatch.setattr(pool, "ANSWER_TIMEOUT_SECONDS", 600.0)
         assert math_accuracy_reward(completions, solution=solutions) == [1.0, 0.0] * 3
         monkeypatch.setattr(pool, "ANSWER_TIMEOUT_SECONDS", 0.01)
         before = pool.timeouts_total()
