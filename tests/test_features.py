@@ -307,3 +307,17 @@ def test_kl_cov_refuses_to_drop_a_clip_the_user_asked_for(make_trainer, fields, 
     with pytest.raises(ValueError, match=r"kl_cov_ppo_clip=False.*" + named.replace("(", r"\(")) as err:
         make_trainer(token_clip="kl_cov", num_iterations=2, **fields)
     assert "set kl_cov_ppo_clip=True" in str(err.value)
+
+
+def test_clip_cov_excludes_exactly_the_tokens_trls_ratio_clip_clipped(make_trainer):
+    """Clip-Cov leaves the tokens TRL's PPO clip already clipped out of its selection; the fraction it logs
+    (clip_cov/ppo_clipped_frac) is TRL's own clip_ratio/region_mean, step by step, once the ratio moves off 1
+    (num_iterations=2, a large learning rate)."""
+    trainer = make_trainer(
+        max_steps=4, token_clip="clip_cov", num_iterations=2, learning_rate=0.2, epsilon=0.05, clip_cov_ratio=0.05
+    )
+    trainer.train()
+    logs = last_logs(trainer)
+    assert any(h["clip_ratio/region_mean"] > 0 for h in logs), logs
+    for h in logs:
+        assert h["clip_cov/ppo_clipped_frac"] == pytest.approx(h["clip_ratio/region_mean"], abs=1e-6), h
