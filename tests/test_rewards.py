@@ -194,7 +194,8 @@ def test_math_reward_pool_bounds_each_answer_and_each_batch():
             ("\\boxed{(x+1)^{999}}", "x^{999}+1"),
         ]
         ordinary = [("\\boxed{7}", "7"), ("\\boxed{8}", "7")]
-        assert pool.score(ordinary) == [1.0, 0.0]
+        # the plain answers under bounds no load reaches (a busy machine must not turn them into timeouts)
+        assert pool.score(ordinary, answer_timeout=600, batch_budget=600) == [1.0, 0.0]
         assert pool.score(slow, answer_timeout=0.05) == [0.0] * len(slow) and pool.timeouts == len(slow)
         pool.timeouts = 0
         scores = pool.score(slow * 4, answer_timeout=30, batch_budget=0.2)  # the batch returns at its budget
