@@ -50,3 +50,11 @@ def test_a_member_returning_another_familys_output_is_refused_at_its_register_li
     proc = _mypy(CASES / "bad_member.py")
     assert '"type[KeepsRows]"; expected "type[AdvantageEstimator]"' in proc.stdout, proc.stdout
     assert '"type[WritesAdvantages]"; expected "type[SampleFilter]"' in proc.stdout, proc.stdout
+
+
+def test_a_member_misreading_the_config_is_refused():
+    """``self.args`` is typed as the config (a ConfigView of the declared fields at run time): a misspelt field or a
+    field used as the wrong type fails mypy."""
+    proc = _mypy(CASES / "bad_member.py")
+    assert '"GRPOExtConfig" has no attribute "clip_cov_ration"' in proc.stdout, proc.stdout
+    assert 'Unsupported operand types for + ("float" and "Literal[\'clip_cov\']")' in proc.stdout, proc.stdout

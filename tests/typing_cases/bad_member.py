@@ -26,3 +26,12 @@ class KeepsRows(Extension):
 class WritesAdvantages(Extension):
     def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
         return None
+
+
+class MisreadsTheConfig(Extension):
+    config_fields = ("clip_cov_ratio",)
+
+    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+        if self.args.clip_cov_ration > 0:  # misspelt: no such field
+            return None
+        return ctx.logps.sum() * (self.args.clip_cov_ratio + self.args.token_clip)  # a str added to a number

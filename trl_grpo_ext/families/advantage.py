@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from ..core.advantages import group_relative_advantages
@@ -80,7 +82,7 @@ class PassAtKAdvantage(AdvantageEstimatorBase):
     def _k(self, group_size: int) -> int:
         args = self.args
         progress = self.host.global_step / max(self.host.max_steps, 1)
-        k = pkpo_start_k(args.pkpo_k, args.num_generations)
+        k = pkpo_start_k(args.pkpo_k, cast(int, args.num_generations))  # set by GRPOConfig.__post_init__
         return annealed_k(min(k, group_size), progress=progress, anneal_fraction=args.pkpo_anneal_fraction)
 
     def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:

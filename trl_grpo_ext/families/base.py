@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -39,6 +39,9 @@ from ..names import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TO
     registry_for,
 )
 from .contracts import Receiver, check_member_class, check_selection
+
+if TYPE_CHECKING:  # what a member's ``self.args`` reads, for the type checker (at run time a ConfigView of it)
+    from ..config import GRPOExtConfig
 
 
 class Host(Protocol):
@@ -468,6 +471,10 @@ class Extension:
     gives_group_advantages: ClassVar[bool] = False
     #: Sample filters: whether the member puts new groups in place of the groups without signal (dynamic sampling).
     refills_groups: ClassVar[bool] = False
+
+    #: The config as the member sees it: a read-only :class:`ConfigView` of its ``config_fields`` at run time, typed
+    #: as the config for the type checker, so a misspelt or mistyped field read fails mypy (tests/test_typing.py).
+    args: GRPOExtConfig
 
     def __init__(self, host: Host):
         self.host = restrict(host, type(self))

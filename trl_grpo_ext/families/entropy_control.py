@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import cast
 
 import torch
 
@@ -239,7 +240,7 @@ class AEPO(EntropyControlBase):
         FSDP / ZeRO-3) run on every process in every micro-step and the term adds exactly 0 there.
         """
         rollouts = self.host.rollouts
-        spg = self.args.steps_per_generation
+        spg = cast(int, self.args.steps_per_generation)  # GRPOConfig.__post_init__ sets it (typed int | None)
         size = max(1, math.ceil(len(rows) / spg))
         chunks = []
         for k in range(spg):
