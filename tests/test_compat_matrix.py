@@ -161,10 +161,12 @@ def record_spliced_masks(trainer):
     def spy(batch, splice):
         apply(batch, splice)
         rows, out = len(splice.rollout.completion_ids), batch.output
-        # AEPO's splices only (the first rows); dynamic sampling's new groups keep TRL's own masks, truncated rows too
-        if rows and splice.rows is None:
-            mask = out["completion_mask"][:rows]
-            trainer.spliced_masks.append((mask * out.get("tool_mask", torch.ones_like(mask))[:rows], mask))
+        # AEPO's splices only (one advantage for every sample); dynamic sampling's new groups (one advantage each) keep
+        # TRL's own masks, truncated rows too
+        if rows and splice.advantages is None:
+            mask = out["completion_mask"][splice.rows]
+            tool = out.get("tool_mask", torch.ones_like(out["completion_mask"]))[splice.rows]
+            trainer.spliced_masks.append((mask * tool, mask))
 
     trainer._apply_splice = spy
 

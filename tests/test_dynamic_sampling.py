@@ -240,3 +240,48 @@ def test_trains_alone_and_with_the_other_families(make_trainer, others):
     assert sum(h["dynamic/refilled_groups"] + h["dynamic/duplicated_groups"] for h in generation) > 0
     for member in trainer.extensions.values():  # every other member acted too: its metrics are logged
         assert all(any(key in h for h in logs) for key in member.metrics if not key.startswith("filter/")), member
+
+
+def _rollout(n: int):
+    from trl_grpo_ext.adapter.rollouts import Rollout
+
+    return Rollout([[1]] * n, [[2, 3]] * n, None, ["x"] * n, None, None)
+
+
+def test_splices_are_placed_on_rows_no_earlier_splice_took(caplog):
+    """AEPO's "first rows" are the first rows dynamic sampling's refill did not write or copy onto; samples beyond the
+    free rows are dropped with a warning (the splice itself stays: applying it is a collective)."""
+    from trl_grpo_ext.adapter.rollouts import Splice, place_splices
+
+    refill = Splice(_rollout(2), rows=[0, 1], advantages=torch.zeros(2), copies=[(6, 2), (7, 3)])
+    aepo = Splice(_rollout(3), advantage=1.0)
+    placed = place_splices([refill, aepo], batch_rows=8)
+    assert placed[0] is refill and placed[1].rows == [4, 5, 6]  # rows 0-1 written, 2-3 copied onto
+    assert placed[1].rollout.completion_ids == aepo.rollout.completion_ids and placed[1].advantage == 1.0
+    assert place_splices([aepo], batch_rows=8)[0].rows == [0, 1, 2]  # alone: the first rows, as before
+    with caplog.at_level("WARNING"):
+        (_, crowded) = place_splices([Splice(_rollout(6), rows=[0, 1, 2, 3, 4, 5]), aepo], batch_rows=8)
+    assert crowded.rows == [6, 7] and len(crowded.rollout.completion_ids) == 2
+    assert "1 of its samples are dropped" in caplog.text
+    (_, empty) = place_splices([Splice(_rollout(8), rows=list(range(8))), aepo], batch_rows=8)
+    assert empty.rows == [] and empty.rollout.completion_ids == []
+
+
+def test_aepo_does_not_overwrite_the_groups_dynamic_sampling_refilled(make_trainer, train_dataset):
+    trainer = make_trainer(
+        sample_filter="dynamic_sampling",
+        dynamic_sampling_max_rounds=5,
+        entropy_control="aepo",
+        aepo_adv_threshold=-10.0,  # every regenerated sample is a candidate
+        aepo_regenerate_fraction=1.0,
+        reward_funcs=[flat_or_length],
+        max_completion_length=8,
+    )
+    out, splices = generate(trainer, batch_of(train_dataset))  # the flat group (rows 0-3) is refilled
+    refill, aepo = splices
+    assert refill.rows == [0, 1, 2, 3]
+    assert aepo.rows and not set(aepo.rows) & set(refill.rows)
+    assert aepo.rows == list(range(4, 4 + len(aepo.rows)))
+    for i, row in enumerate(refill.rows):  # the refilled group is still in the batch after AEPO's splice
+        ids = refill.rollout.completion_ids[i]
+        assert out["completion_ids"][row, : len(ids)].tolist() == list(ids)

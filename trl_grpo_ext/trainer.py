@@ -42,7 +42,7 @@ from .adapter.compat import (
 )
 from .adapter.hooks import TRLHooks
 from .adapter.host import TrainerHost
-from .adapter.rollouts import RolloutService, apply_splice
+from .adapter.rollouts import RolloutService, apply_splice, place_splices
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
@@ -458,7 +458,8 @@ class GRPOExtTrainer(TRLHooks):
                 self._apply_generation_update(batch, update)
                 if update.splice is not None:
                     splices.append(update.splice)
-        for splice in splices:  # after every member: the others saw TRL's own samples
+        # after every member (the others saw TRL's own samples), each on rows no earlier splice took
+        for splice in place_splices(splices, batch.output["completion_ids"].size(0)):
             self._apply_splice(batch, splice)
 
     def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:

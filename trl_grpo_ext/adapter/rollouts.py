@@ -23,7 +23,9 @@ The trainer builds the service and applies the :class:`Splice` a member returns 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
@@ -38,6 +40,8 @@ from .compat import (
     reference_logps,
     vllm_importance_sampling_ratio,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -417,6 +421,39 @@ def rollout_tensors(rollout: Rollout, rollouts: RolloutService) -> dict[str, tor
     return {key: value.to(rollouts.device) for key, value in out.items()}
 
 
+def place_splices(splices: list[Splice], batch_rows: int) -> list[Splice]:
+    """The splices of one generation batch, in the order the members returned them, each with its target rows fixed:
+    a splice with explicit ``rows`` (dynamic sampling's refills) keeps them; one without (AEPO's "first rows") takes
+    the first rows no earlier splice writes or copies onto, so it never overwrites a group another member just put in
+    place. Samples beyond the free rows are dropped, with a warning (every splice is still returned: applying one is a
+    collective)."""
+    taken: set[int] = set()
+    placed = []
+    for splice in splices:
+        if splice.rows is None:
+            count = len(splice.rollout.completion_ids)
+            free = [row for row in range(batch_rows) if row not in taken][:count]
+            if len(free) < count:
+                logger.warning(
+                    "A splice of %d samples found %d rows of this batch not already replaced by another member's "
+                    "splice: %d of its samples are dropped.",
+                    count,
+                    len(free),
+                    count - len(free),
+                )
+                kept = list(range(len(free)))
+                splice = dataclasses.replace(
+                    splice,
+                    rollout=splice.rollout.select(kept),
+                    advantages=None if splice.advantages is None else splice.advantages[: len(free)],
+                )
+            splice = dataclasses.replace(splice, rows=free)
+        taken.update(splice.rows or ())
+        taken.update(target for _, target in splice.copies)
+        placed.append(splice)
+    return placed
+
+
 @torch.no_grad()
 def apply_splice(out: dict[str, Any], splice: Splice, rollouts: RolloutService, *, keep_key: str) -> None:
     """Put ``splice.rollout`` in place of this process's first rows (or ``splice.rows``) of TRL's generation output
@@ -514,4 +551,13 @@ def apply_splice(out: dict[str, Any], splice: Splice, rollouts: RolloutService, 
     out["num_items_in_batch"] = rollouts.gather(loss_mask.sum()).sum()
 
 
-__all__ = ["MULTIMODAL_KEYS", "Rollout", "RolloutService", "Splice", "apply_splice", "rollout_tensors", "widen"]
+__all__ = [
+    "MULTIMODAL_KEYS",
+    "Rollout",
+    "RolloutService",
+    "Splice",
+    "apply_splice",
+    "place_splices",
+    "rollout_tensors",
+    "widen",
+]
