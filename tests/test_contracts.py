@@ -136,6 +136,18 @@ def test_a_hook_with_the_wrong_parameters_is_refused_at_registration():
                 return logps
 
     assert "short_clip" not in TOKEN_CLIPS
+    with pytest.raises(
+        MemberContractError,
+        match=r"LateClip\.after_loss\(self\) takes 0 argument\(s\).*after_loss\(self, ctx\).*base\.Extension\.after_loss",
+    ):
+
+        @TOKEN_CLIPS.register("late_clip")
+        class LateClip(Extension):  # a hook outside the token clip's interface, which the trainer calls all the same
+            def modify_logps(self, logps, ctx):
+                return logps
+
+            def after_loss(self):  # type: ignore[override]
+                pass
 
 
 def test_an_observer_is_checked_at_registration_too():

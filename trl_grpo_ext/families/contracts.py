@@ -26,6 +26,20 @@ from typing import Any
 
 import torch
 
+#: The hooks the trainer calls on every member (``Extension``'s), in the order it calls them.
+HOOKS = (
+    "on_generation",
+    "group_advantages",
+    "loss_scale",
+    "shape_advantages",
+    "select_tokens",
+    "modify_logps",
+    "extra_loss",
+    "after_loss",
+    "state_dict",
+    "load_state_dict",
+)
+
 
 class MemberContractError(ValueError):
     """A member class, or what a member returned, breaks the contract between the trainer and its members."""
@@ -35,6 +49,10 @@ def _config_field_names() -> frozenset[str]:
     from ..config import GRPOExtConfig
 
     return frozenset(f.name for f in dataclasses.fields(GRPOExtConfig))
+
+
+def _signature(parameters: list[str]) -> str:
+    return f"({', '.join(['self', *parameters])})"
 
 
 def check_member_class(obj: Any, *, family: str, name: str) -> None:
@@ -94,17 +112,21 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             f"{' or '.join(interface.required)} with the signature of trl_grpo_ext.families.interfaces."
             f"{interface.protocol.__name__}."
         )
-    for hook in implemented:
-        expected = interface.parameters(hook)
+    # every hook the class overrides (its family's and the others the trainer calls on every member) takes the
+    # parameters the trainer passes
+    for hook in HOOKS:
+        if getattr(obj, hook) is getattr(Extension, hook):
+            continue
+        expected = list(inspect.signature(getattr(Extension, hook)).parameters)[1:]
         try:
             got = list(inspect.signature(getattr(obj, hook)).parameters)[1:]
         except (TypeError, ValueError):  # not introspectable (a C callable): the call will tell
             continue
         if len(got) != len(expected):
+            owner = f"interfaces.{interface.protocol.__name__}" if hook in interface.hooks else "base.Extension"
             raise MemberContractError(
-                f"{where}: {cls}.{hook}(self, {', '.join(got)}) takes {len(got)} argument(s); the trainer calls "
-                f"{hook}(self, {', '.join(expected)}). Fix: use the signature of trl_grpo_ext.families.interfaces."
-                f"{interface.protocol.__name__}.{hook}."
+                f"{where}: {cls}.{hook}{_signature(got)} takes {len(got)} argument(s); the trainer calls "
+                f"{hook}{_signature(expected)}. Fix: use the signature of trl_grpo_ext.families.{owner}.{hook}."
             )
 
 
@@ -346,4 +368,4 @@ class Receiver:
         return float(number)
 
 
-__all__ = ["MemberContractError", "Receiver", "check_member_class", "check_selection"]
+__all__ = ["HOOKS", "MemberContractError", "Receiver", "check_member_class", "check_selection"]

@@ -194,8 +194,9 @@ class FamilyInterface:
 
     Attributes:
         protocol: the family's ``Protocol``.
-        required: the hooks of which a member implements at least one, and why.
-        update: the ``GenerationUpdate`` fields its ``on_generation`` may set, and the type to return them in.
+        required: the hooks of which a member implements at least one; ``why``: the reason, for the error.
+        update_fields: the ``GenerationUpdate`` fields its ``on_generation`` may set; ``update_type``: the type to
+            return them in (None: it returns nothing).
     """
 
     protocol: type
