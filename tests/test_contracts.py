@@ -138,7 +138,8 @@ def test_a_hook_with_the_wrong_parameters_is_refused_at_registration():
     assert "short_clip" not in TOKEN_CLIPS
     with pytest.raises(
         MemberContractError,
-        match=r"LateClip\.after_loss\(self\) takes 0 argument\(s\).*after_loss\(self, ctx\).*base\.Extension\.after_loss",
+        match=r"LateClip\.after_loss\(self\) takes 0 argument\(s\).*after_loss\(self, ctx\)"
+        r".*base\.Extension\.after_loss",
     ):
 
         @TOKEN_CLIPS.register("late_clip")

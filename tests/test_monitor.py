@@ -3,7 +3,6 @@
 import glob
 import json
 import math
-import statistics
 import subprocess
 import sys
 from collections import Counter
