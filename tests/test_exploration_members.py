@@ -103,6 +103,39 @@ def test_entropy_advantage_is_the_capped_bonus_on_the_loss_advantages(make_train
     valid = mask.bool()
     assert math.isclose(bonus, float((shaped - token_adv)[valid].mean()), rel_tol=1e-5)
     assert not torch.allclose(shaped, token_adv)  # the check had a non-zero bonus
+    # capped: tokens whose bonus hit |A| / kappa, a token of advantage 0 (no bonus at all) not counted
+    capped = (0.4 * captured["entropies"] > token_adv.abs() / 2.0) & (token_adv != 0) & valid
+    expected = float(capped.sum() / valid.sum())
+    assert math.isclose(trainer._metrics["train"]["entropy_adv/capped_frac"][-1], expected, rel_tol=1e-6)
+    zero = {**inputs, "advantages": torch.zeros_like(before)}
+    trainer.extensions["entropy_control"] = member
+    member.shape_advantages = original
+    _loss_and_grad(trainer, probe, zero)
+    assert trainer._metrics["train"]["entropy_adv/capped_frac"][-1] == 0.0  # advantage 0 everywhere: nothing capped
+    assert trainer._metrics["train"]["entropy_adv/bonus_mean"][-1] == 0.0
+
+
+def test_w_reinforce_group_logs_what_it_does_to_the_batch(make_trainer, train_dataset):
+    """positive_frac: the rows TRL gave a positive advantage (those the weighting scales); adv_mean: the batch's
+    advantages after the weighting. A flat group's rows (advantage 0) are not positive."""
+
+    def first_prompt_varies(prompts, completions, **kwargs):  # the other groups are flat: advantage 0
+        return [float(len(str(c))) if p == prompts[0] else 1.0 for p, c in zip(prompts, completions, strict=True)]
+
+    trainer = make_trainer(
+        advantage_weighting="w_reinforce",
+        w_reinforce_baseline="group",
+        w_reinforce_lambda=0.25,
+        reward_funcs=[first_prompt_varies],
+        max_completion_length=8,
+    )
+    inputs = scored_batch(trainer, train_dataset)
+    advantages = inputs["advantages"]
+    assert (advantages == 0).sum() >= 4 and (advantages > 0).any()
+    metrics = trainer._metrics["train"]
+    assert metrics["w_reinforce/positive_frac"][-1] == float((advantages > 0).float().mean())
+    weighted = scale_positive_advantages(advantages, positive_weight=0.25)
+    assert math.isclose(metrics["w_reinforce/adv_mean"][-1], float(weighted.mean()), rel_tol=1e-5, abs_tol=1e-7)
 
 
 def test_both_train_with_every_other_family(make_trainer):

@@ -321,3 +321,24 @@ def test_clip_cov_excludes_exactly_the_tokens_trls_ratio_clip_clipped(make_train
     assert any(h["clip_ratio/region_mean"] > 0 for h in logs), logs
     for h in logs:
         assert h["clip_cov/ppo_clipped_frac"] == pytest.approx(h["clip_ratio/region_mean"], abs=1e-6), h
+
+
+def test_diversity_kl_steers_beta_from_the_batchs_distinct_n(make_trainer):
+    """kl_control='diversity': each batch's Distinct-N (kl/diversity) moves beta by the controller's rule, and the
+    beta logged is the one the step used (the controller's replay gives every logged beta and the final one)."""
+    from trl_grpo_ext.core.kl_control import DiversityKLController
+
+    trainer = make_trainer(max_steps=4, kl_control="diversity", beta=0.04, kl_horizon=100, kl_diversity_target=0.9)
+    trainer.train()
+    logs = last_logs(trainer)
+    args = trainer.args
+    replay = DiversityKLController(
+        0.04, args.kl_diversity_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
+    )
+    rows = args.per_device_train_batch_size  # completions per generation batch (one process)
+    assert all(0.0 < h["kl/diversity"] <= 1.0 for h in logs)
+    for h in logs:
+        assert h["kl/beta"] == pytest.approx(replay.value, rel=1e-6), h
+        replay.update(h["kl/diversity"], n_steps=rows)
+    assert trainer.beta == pytest.approx(replay.value, rel=1e-6)
+    assert len({h["kl/beta"] for h in logs}) > 1  # it moved
