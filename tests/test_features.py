@@ -342,3 +342,46 @@ def test_diversity_kl_steers_beta_from_the_batchs_distinct_n(make_trainer):
         replay.update(h["kl/diversity"], n_steps=rows)
     assert trainer.beta == pytest.approx(replay.value, rel=1e-6)
     assert len({h["kl/beta"] for h in logs}) > 1  # it moved
+
+
+@pytest.mark.parametrize("clip", ["clip_cov", "kl_cov"])
+def test_token_clip_metrics_by_hand(make_trainer, train_dataset, clip):
+    """What Clip-Cov / KL-Cov log for a micro-batch, recomputed from its log-probs and advantages: the selected
+    fraction and count, the mean covariance of the valid and of the selected tokens, and KL-Cov's mean penalty
+    |logp - old logp| over the selected tokens (old log-probs moved off the current ones so it is not 0)."""
+    from trl_grpo_ext.core import kl_cov_penalty, token_covariance
+
+    ratio = (
+        {"clip_cov_ratio": 0.2, "clip_cov_lb": -100.0, "clip_cov_ub": 100.0}  # the tiny model's covariances are small
+        if clip == "clip_cov"
+        else {"kl_cov_ratio": 0.2}
+    )
+    trainer = make_trainer(token_clip=clip, num_iterations=2, beta=0.0, **ratio)
+    probe = LogpProbe().install(trainer)
+    member = trainer.extensions["token_clip"]
+    seen = {}
+    select = member.select_tokens
+
+    def capture(logps, ctx):
+        seen["selected"] = select(logps, ctx)
+        return seen["selected"]
+
+    member.select_tokens = capture
+    inputs = scored_batch(trainer, train_dataset)
+    noise = torch.randn(inputs["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(0))
+    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.1 * noise
+    trainer.model.zero_grad()
+    trainer._compute_loss(trainer.model, inputs)
+    logps, selected = probe.logps.detach(), seen["selected"]
+    valid = inputs["completion_mask"].bool()
+    cov = token_covariance(logps, inputs["advantages"], valid)
+    assert 0 < int(selected.sum()) < int(valid.sum())
+    logged = {key: values[-1] for key, values in trainer._metrics["train"].items() if key.startswith(f"{clip}/")}
+    assert logged[f"{clip}/selected_frac"] == pytest.approx(float(selected.sum() / valid.sum()))
+    assert logged[f"{clip}/selected_tokens"] == float(selected.sum())
+    assert logged[f"{clip}/cov_mean"] == pytest.approx(float(cov[valid].mean()), rel=1e-5, abs=1e-7)
+    assert logged[f"{clip}/selected_cov_mean"] == pytest.approx(float(cov[selected].mean()), rel=1e-5)
+    if clip == "kl_cov":
+        penalty = kl_cov_penalty(logps, inputs["old_per_token_logps"], selected)
+        assert logged["kl_cov/penalty_mean"] == pytest.approx(float(penalty.sum() / selected.sum()), rel=1e-5)
+        assert logged["kl_cov/penalty_mean"] > 0

@@ -36,9 +36,17 @@ def test_prm_advantages_from_step_functions(make_trainer, train_dataset):
     out = scored_batch(trainer, train_dataset)
     assert out["advantages"].shape == out["completion_ids"].shape
     torch.testing.assert_close(out["advantages"], expected_prm(trainer, out))
-    metrics = trainer._metrics["train"]
-    for key in ("prm/steps_mean", "prm/step_reward_mean", "prm/adv_abs_mean", "prm/no_step_frac"):
-        assert key in metrics
+    metrics = {key: values[-1] for key, values in trainer._metrics["train"].items()}
+    mask = out["completion_mask"]
+    ids = out["completion_ids"]
+    segs = [segment_completion(trainer._tokenizer, ids[i, : int(mask[i].sum())].tolist()) for i in range(ids.size(0))]
+    step_rewards = length_steps(None, None, [s.texts for s in segs])
+    counts = [len(r) for r in step_rewards]
+    flat = [v for r in step_rewards for v in r]
+    assert metrics["prm/steps_mean"] == pytest.approx(sum(counts) / len(counts))
+    assert metrics["prm/no_step_frac"] == pytest.approx(sum(c == 0 for c in counts) / len(counts))
+    assert metrics["prm/step_reward_mean"] == pytest.approx(sum(flat) / len(flat))
+    assert metrics["prm/adv_abs_mean"] == pytest.approx(float((out["advantages"].abs() * mask).sum() / mask.sum()))
 
 
 def test_prm_outcome_mix(make_trainer, train_dataset):
