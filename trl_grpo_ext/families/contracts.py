@@ -213,8 +213,11 @@ class Receiver:
                 f"returned {_describe(update)}",
                 f"a {family} member returns {returns} (trl_grpo_ext.families.interfaces)",
             )
-        foreign = sorted(name for name in ("advantages", "keep", "splice") if getattr(update, name) is not None)
-        foreign = [name for name in foreign if name not in interface.update_fields]
+        foreign = [
+            name
+            for name in ("advantages", "keep", "splice")
+            if getattr(update, name) is not None and name not in interface.update_fields
+        ]
         if foreign:
             raise self.fail(
                 member,
