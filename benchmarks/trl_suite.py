@@ -152,6 +152,20 @@ def table(results: dict) -> list[str]:
     return lines
 
 
+def _commit() -> str:
+    """The checkout's commit (with "+changes" when the working tree differs from it), or "an unknown commit"."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:
+        return "an unknown commit"
+    if commit.returncode != 0:
+        return "an unknown commit"
+    return commit.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trl_tests", type=Path, required=True, help="the tests/ folder of a TRL checkout")
@@ -213,12 +227,14 @@ def main() -> None:
     print("\n".join(lines + [""] + details))
     if args.write:
         RECORD.parent.mkdir(parents=True, exist_ok=True)
-        RECORD.write_text(json.dumps({"trl": trl.__version__, "keyword": args.keyword, "arms": results}, indent=1))
+        record = {"trl": trl.__version__, "commit": _commit(), "keyword": args.keyword, "arms": results}
+        RECORD.write_text(json.dumps(record, indent=1))
         header = DOC.read_text().split("<!-- table -->")[0] if DOC.exists() else ""
         DOC.write_text(
             header
             + "<!-- table -->\n"
-            + f"TRL {trl.__version__}; `python benchmarks/trl_suite.py --trl_tests ... --write`"
+            + f"TRL {trl.__version__}, trl-grpo-ext at {_commit()}; "
+            + "`python benchmarks/trl_suite.py --trl_tests ... --write`"
             + (f" with `-k {args.keyword!r}`" if args.keyword else "")
             + ".\n\n"
             + "\n".join(lines)
