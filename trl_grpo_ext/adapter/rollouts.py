@@ -441,13 +441,13 @@ def place_splices(splices: list[Splice], batch_rows: int) -> list[Splice]:
                     len(free),
                     count - len(free),
                 )
-                kept = list(range(len(free)))
-                splice = dataclasses.replace(
-                    splice,
-                    rollout=splice.rollout.select(kept),
-                    advantages=None if splice.advantages is None else splice.advantages[: len(free)],
-                )
-            splice = dataclasses.replace(splice, rows=free)
+            kept = len(free)  # all of them unless the batch ran out of free rows
+            splice = dataclasses.replace(
+                splice,
+                rows=free,
+                rollout=splice.rollout.select(list(range(kept))),
+                advantages=None if splice.advantages is None else splice.advantages[:kept],
+            )
         taken.update(splice.rows or ())
         taken.update(target for _, target in splice.copies)
         placed.append(splice)

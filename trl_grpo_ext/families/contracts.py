@@ -215,7 +215,7 @@ class Receiver:
             )
         foreign = [
             name
-            for name in ("advantages", "keep", "splice")
+            for name in (f.name for f in dataclasses.fields(GenerationUpdate))
             if getattr(update, name) is not None and name not in interface.update_fields
         ]
         if foreign:

@@ -20,9 +20,8 @@ KL_CONTROLLERS.register("fixed")(Off)
 
 
 class _BetaControl(KLControllerBase):
-    """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state."""
-
-    host_capabilities = ("set_beta",)
+    """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state (the ``set_beta``
+    capability comes with ``KLControllerBase``)."""
 
     controller: AdaptiveKLController
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .testkit import build_bpe_tokenizer, tiny_config
+
 ORG = "trl-internal-testing"
 CAUSAL_LMS = (
     "tiny-Qwen2ForCausalLM-2.5",
@@ -65,33 +67,12 @@ ZEN_TEST = ("If the implementation is easy", "Namespaces are one")
 
 def build_tokenizer():
     """A byte-level BPE tokenizer (every byte encodable) with ChatML specials, an end and a padding token."""
-    from .testkit import build_bpe_tokenizer
 
     corpus = [*ZEN_TRAIN, *ZEN_TEST] * 4 + ["user assistant system The answer is 0123456789."]
     tokenizer = build_bpe_tokenizer(corpus, vocab_size=400)
     tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS)})
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
-
-
-def _config(tokenizer, *, num_labels: int | None = None):
-    from transformers import LlamaConfig
-
-    extra = {"num_labels": num_labels} if num_labels is not None else {}
-    return LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-        **extra,
-    )
 
 
 def _write_zen(folder: Path) -> None:
@@ -130,7 +111,11 @@ def build_standins(root: str | Path, *, seed: int = 0) -> Path:
     ]:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            model = model_class(_config(tokenizer, num_labels=labels))
+            extra = {} if labels is None else {"num_labels": labels}
+            config = tiny_config(
+                tokenizer, hidden_size=32, num_heads=4, num_key_value_heads=2, max_position_embeddings=1024, **extra
+            )
+            model = model_class(config)
         if labels is None:
             model.generation_config.pad_token_id = tokenizer.pad_token_id
             model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -49,10 +49,12 @@ def tiny_config(
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 4,
+    num_key_value_heads: int | None = None,
     max_position_embeddings: int = 256,
     **kwargs,
 ):
-    """A Llama-architecture config sized for CPU tests.
+    """A Llama-architecture config sized for CPU tests (``num_key_value_heads``: grouped-query attention; None: one
+    per head).
 
     Llama rather than Qwen2: transformers 5 forces its own ``Qwen2Tokenizer`` on any folder whose config says
     ``qwen2``, which would silently replace the character tokenizer when TRL or a PRM re-loads it from disk.
@@ -65,7 +67,7 @@ def tiny_config(
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        num_key_value_heads=num_heads if num_key_value_heads is None else num_key_value_heads,
         max_position_embeddings=max_position_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
