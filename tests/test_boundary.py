@@ -433,8 +433,9 @@ def test_one_member_selects_tokens(make_trainer, train_dataset):
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "config").glob("*.py")), ids=lambda p: p.name)
 def test_config_imports_no_behaviour(path):
-    """The config package validates against trl_grpo_ext.names (registries, metric names, TRL's loss types) and its
-    own section modules, never the families, the monitor or the TRL copies, at module level or inside a check."""
+    """The config package validates against trl_grpo_ext.names (registries, metric names, TRL's loss types), the
+    checkpoint rules (trl_grpo_ext.checkpoints, a leaf: what a rollback needs) and its own section modules, never the
+    families, the monitor or the TRL copies, at module level or inside a check."""
     tree = ast.parse(path.read_text())
     imported = set()
     for node in ast.walk(tree):
@@ -444,7 +445,15 @@ def test_config_imports_no_behaviour(path):
             imported.update(alias.name for alias in node.names)
     ours = {name for name in imported if name.startswith(".") or name.startswith("trl_grpo_ext")}
     sections = {f".{p.stem}" for p in (PACKAGE / "config").glob("*.py") if p.stem != "__init__"}
-    assert ours <= {"..names"} | sections, ours
+    assert ours <= {"..names", "..checkpoints"} | sections, ours
+
+
+def test_the_checkpoint_rules_are_a_leaf():
+    """trl_grpo_ext.checkpoints (the one scanner of checkpoint folders, read by the config, the trainer and the
+    monitor) imports nothing of the package."""
+    package = "trl_grpo_ext"
+    imported = _all_imports(PACKAGE / "checkpoints.py", package)
+    assert not {name for name in imported if name.startswith(package)}, imported
 
 
 def _args_read_per_class(path: Path) -> dict[str, set[str]]:

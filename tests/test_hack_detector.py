@@ -10,10 +10,12 @@ import os
 import pytest
 import torch
 from conftest import TINY_ARGS, last_logs
+from transformers import TrainerCallback
 
+from trl_grpo_ext.checkpoints import rollback_target
 from trl_grpo_ext.core.diversity import prompt_information
 from trl_grpo_ext.core.hack_detection import DriftRule, drift_alarm, drift_from_best, trailing_mean
-from trl_grpo_ext.detector import CollapseEvent, HackDetector, rollback_checkpoint
+from trl_grpo_ext.detector import CollapseEvent, HackDetector
 from trl_grpo_ext.lab import testkit
 
 # ---------------------------------------------------------------------------------------------------------------- core
@@ -125,15 +127,157 @@ def test_detector_alarms_once_skips_repeats_and_round_trips_its_state():
         again.load_state_dict({"series": {"length": [[1, 2], [1.0]]}})
 
 
-def test_rollback_checkpoint_is_the_last_at_or_before_the_onset(tmp_path):
-    for step in (0, 10, 20, 30):
-        folder = tmp_path / f"checkpoint-{step}"
-        folder.mkdir()
-        (folder / "trainer_state.json").write_text("{}")
-    (tmp_path / "checkpoint-25").mkdir()  # incomplete (no trainer_state.json): never chosen
-    assert rollback_checkpoint(str(tmp_path), 27) == (20, str(tmp_path / "checkpoint-20"))
-    assert rollback_checkpoint(str(tmp_path), 10)[0] == 10
-    assert rollback_checkpoint(str(tmp_path / "none"), 10) is None
+def _checkpoint(root, step, *, state="{}", weights=True, optimizer=True, scheduler=True):
+    folder = root / f"checkpoint-{step}"
+    folder.mkdir()
+    if state is not None:
+        (folder / "trainer_state.json").write_text(state)
+    for wanted, name in ((weights, "model.safetensors"), (optimizer, "optimizer.pt"), (scheduler, "scheduler.pt")):
+        if wanted:
+            (folder / name).write_bytes(b"x")
+    return str(folder)
+
+
+def test_rollback_target_is_this_runs_newest_complete_checkpoint_at_or_before_the_onset(tmp_path):
+    """One scanner: the newest checkpoint at or before the onset that this run saved and whose weights, optimizer and
+    scheduler are all there; a foreign, damaged or incomplete one is passed over with its reason."""
+    from trl_grpo_ext.checkpoints import last_complete_checkpoint
+
+    for step in (0, 10):
+        _checkpoint(tmp_path, step)
+    no_optimizer = _checkpoint(tmp_path, 20, optimizer=False)
+    truncated = _checkpoint(tmp_path, 22, state='{"global_st')
+    unsaved = _checkpoint(tmp_path, 25, state=None)
+    foreign = _checkpoint(tmp_path, 26)  # an earlier run's, in the same output_dir
+    _checkpoint(tmp_path, 30)
+    own = {0, 10, 20, 22, 25, 30}
+    target = rollback_target(str(tmp_path), before=27, own_steps=own)
+    assert (target.step, target.complete) == (10, True)
+    assert set(target.skipped) == {no_optimizer, truncated, unsaved, foreign}
+    assert "optimizer" in target.skipped[no_optimizer] and "damaged" in target.skipped[truncated]
+    assert "no trainer_state.json" in target.skipped[unsaved] and "another run" in target.skipped[foreign]
+    assert rollback_target(str(tmp_path), before=27, own_steps=None).step == 26  # no lineage given: any folder
+    assert rollback_target(str(tmp_path), before=10, own_steps=own).step == 10  # at the onset itself
+    # nothing complete: the newest with weights, marked incomplete (the caller reports the optimizer not restored)
+    only = tmp_path / "only"
+    only.mkdir()
+    _checkpoint(only, 5, scheduler=False)
+    _checkpoint(only, 3, weights=False)
+    target = rollback_target(str(only), before=9, own_steps={3, 5})
+    assert (target.step, target.complete) == (5, False) and "scheduler.pt" in target.skipped[str(only / "checkpoint-5")]
+    assert rollback_target(str(tmp_path / "none"), before=10, own_steps=None).folder is None
+    # the resume scanner is the same one (trainer_state.json and the extension state must parse)
+    assert last_complete_checkpoint(str(tmp_path)).endswith("checkpoint-30")
+    skipped = []
+    assert last_complete_checkpoint(str(tmp_path / "only"), log=lambda f, why: skipped.append(f)).endswith("-5")
+
+
+def test_the_checkpoint_names_are_transformers_own():
+    from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from trl_grpo_ext import checkpoints
+
+    assert (checkpoints.TRAINER_STATE, checkpoints.SCHEDULER) == (TRAINER_STATE_NAME, SCHEDULER_NAME)
+    assert checkpoints.PREFIX == PREFIX_CHECKPOINT_DIR and OPTIMIZER_NAME.startswith("optimizer")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(thresholds={"length": math.nan}), "'length' threshold nan must be a finite number > 0"),
+        (dict(thresholds={"repetition": 2.0}), "'repetition' threshold 2.0 can never be reached"),
+        (dict(thresholds={"prompt_info": 1.5}), "'prompt_info' threshold 1.5 can never be reached"),
+        (dict(thresholds={"length": -0.1}), "must be a finite number > 0"),
+        (dict(thresholds={}), "no signal to read"),
+        (dict(window=0), "window=0 must be a whole number >= 1"),
+        (dict(warmup=2.5), "warmup=2.5 must be a whole number >= 1"),
+        (dict(onset_fraction=math.nan), "onset_fraction=nan must lie in"),
+    ],
+)
+def test_the_plain_trl_detector_refuses_settings_that_cannot_alarm(kwargs, match):
+    settings = {"thresholds": {"length": 0.1}, "window": 2, "warmup": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        HackDetector(settings.pop("thresholds"), **settings)
+
+
+def _stub_trainer(**args):
+    from types import SimpleNamespace
+
+    fields = {"save_strategy": "steps", "save_total_limit": None, "log_completions": False, **args}
+    return SimpleNamespace(args=SimpleNamespace(**fields), state=SimpleNamespace(global_step=0))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(every=0), "every=0 must be a whole number >= 1"),
+        (dict(ngram_sizes=()), "ngram_sizes is empty"),
+        (dict(alarm_repetition_max=1.0), "alarm_repetition_max=1.0 must be a repetition rate in"),
+        (dict(alarm_entropy_min=math.nan), "alarm_entropy_min=nan must be an entropy"),
+        (dict(alarm_distinct2_drop=0.0), "alarm_distinct2_drop=0.0 must be a fraction"),
+        (dict(alarm_action="stop"), "alarm_action='stop' but nothing can alarm"),
+    ],
+)
+def test_the_monitor_refuses_settings_that_fail_later_or_never_alarm(kwargs, match):
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    with pytest.raises(ValueError, match=match):
+        CollapseMonitor(_stub_trainer(), metrics=["repetition"], **kwargs)
+
+
+def test_a_plain_trl_rollback_is_refused_where_it_cannot_work():
+    """The same rule as the config's collapse_action (checkpoints.rollback_refusal), on a plain trainer's args."""
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    detector = HackDetector({"length": 0.1}, window=2, warmup=2)
+    with pytest.raises(ValueError, match="save_total_limit=2 deletes older checkpoints.*save_total_limit=None"):
+        CollapseMonitor(_stub_trainer(save_total_limit=2), metrics=["repetition"], alarm_action="rollback",
+                        detector=detector)  # fmt: skip
+    with pytest.raises(ValueError, match="save_strategy is 'epoch'"):
+        CollapseMonitor(_stub_trainer(save_strategy="epoch"), metrics=["repetition"], alarm_action="rollback",
+                        detector=detector)  # fmt: skip
+    CollapseMonitor(_stub_trainer(), metrics=["repetition"], alarm_action="rollback", detector=detector)
+
+
+def test_an_on_alarm_that_raises_or_asks_an_impossible_rollback_does_not_lose_the_alarm(caplog):
+    """A bug in the user's callable is logged and the configured action taken; a rollback the run cannot make (no
+    checkpoint kept, or none saved at the start) becomes a stop (a checkpoint, then the end) with an error."""
+    from types import SimpleNamespace
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    detector = HackDetector({"length": 0.1}, window=2, warmup=2)
+    monitor = CollapseMonitor(_stub_trainer(), metrics=["repetition"], alarm_action="stop", detector=detector)
+    event = CollapseEvent(step=7, onset=4, source="detector", reasons=["length drifted"])
+
+    def broken(event):
+        raise KeyError("oops")
+
+    monitor.on_alarm = broken
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    with caplog.at_level("ERROR"):
+        monitor._act(event, control)
+    assert control.should_training_stop and control.should_save and monitor.event is event
+    assert "on_alarm raised at step 7" in caplog.text
+    # warn, with a callable asking for a rollback the run was not prepared for (no checkpoint-0 saved)
+    warn = CollapseMonitor(_stub_trainer(save_total_limit=3), metrics=["repetition"], detector=detector)
+    warn.on_alarm = lambda event: "rollback"
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    caplog.clear()
+    with caplog.at_level("ERROR"):
+        warn._act(event, control)
+    assert control.should_training_stop and control.should_save and warn._rollback_event is None
+    assert "a rollback was chosen but cannot be made: save_total_limit=3" in caplog.text
+    ready = CollapseMonitor(_stub_trainer(), metrics=["repetition"], detector=detector)
+    ready.on_alarm = lambda event: "rollback"
+    caplog.clear()
+    with caplog.at_level("ERROR"):
+        ready._act(event, SimpleNamespace(should_save=False, should_training_stop=False))
+    assert "no checkpoint was saved when training started" in caplog.text and ready._rollback_event is None
+    ready._can_roll_back = True  # what on_train_begin sets when it saved checkpoint-0
+    ready._act(event, SimpleNamespace(should_save=False, should_training_stop=False))
+    assert ready._rollback_event is event
 
 
 # ------------------------------------------------------------------------------------------------------------- config
@@ -157,6 +301,22 @@ def test_config_refuses_what_cannot_work():
         GRPOExtConfig(**rollback, save_total_limit=2, diversity_metrics=["repetition"])
     with pytest.raises(ValueError, match="collapse_action.*the collapse monitor that acts is off"):
         GRPOExtConfig(**rollback)
+    # an action with nothing that can fire, and thresholds no signal can reach
+    with pytest.raises(ValueError, match="collapse_action.*nothing can alarm.*collapse_detector='drift'"):
+        GRPOExtConfig(**base, collapse_action="stop", diversity_metrics=["repetition"])
+    drift = {**base, "collapse_detector": "drift", "diversity_metrics": ["repetition", "prompt_info"]}
+    with pytest.raises(ValueError, match="collapse_repetition_rise.*can never be reached.*at most 1.0"):
+        GRPOExtConfig(**drift, collapse_repetition_rise=2.0)
+    with pytest.raises(ValueError, match="collapse_prompt_info_drop.*can never be reached"):
+        GRPOExtConfig(**drift, collapse_prompt_info_drop=1.5)
+    with pytest.raises(ValueError, match="collapse_detector_warmup.*max_steps is 10: it could never fire"):
+        GRPOExtConfig(**{**drift, "max_steps": 10}, collapse_detector_warmup=10**6)
+    with pytest.raises(ValueError, match="collapse_detector_warmup.*diversity_every=4"):
+        GRPOExtConfig(**{**drift, "max_steps": 10}, collapse_detector_warmup=3, diversity_every=4)
+    with pytest.raises(ValueError, match="collapse_length_rise.*can never be reached.*max_completion_length=8"):
+        GRPOExtConfig(**{**drift, "max_completion_length": 8}, collapse_length_rise=7.5)
+    with pytest.raises(ValueError, match="collapse_repetition_max.*can never be exceeded"):
+        GRPOExtConfig(**base, diversity_metrics=["repetition"], collapse_repetition_max=1.0)
     # the signals the user leaves out are not needed
     GRPOExtConfig(
         **base, collapse_detector="drift", diversity_metrics=["entropy"], collapse_prompt_info_drop=None,
@@ -361,3 +521,97 @@ def test_plain_trl_monitor_state_survives_a_resume(make_trainer, tmp_path):
     resumed.train(resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-4"))
     steps, values = monitor.detector.series["prompt_info"]
     assert steps[:4] == [1, 2, 3, 4] and values[:4] == before and steps[4] == 5
+
+
+# ------------------------------------------------------------------------------------------ actions a user can trust
+ROLLBACK = dict(collapse_action="rollback", save_strategy="steps", save_steps=2)
+
+
+@pytest.mark.slow
+def test_a_rollback_never_restores_another_runs_checkpoint(make_trainer, tmp_path):
+    """An output_dir reused from an earlier run holds its checkpoints; the rollback takes only the steps this run
+    saved, even where another run's checkpoint lies nearer the onset."""
+    out = str(tmp_path / "shared")
+    earlier = make_trainer(reward_funcs=[testkit.exact_match_reward], output_dir=out, save_strategy="steps",
+                           save_steps=1, **{**HACK, "learning_rate": 1e-4, "max_steps": 9})  # fmt: skip
+    earlier.train()
+    trainer = make_trainer(reward_funcs=[fixed_text_reward], output_dir=out, **{**ROLLBACK, "save_steps": 4}, **HACK)
+    trainer.train()
+    monitor = trainer.collapse_monitor
+    record, event = monitor.rollback, monitor.event
+    assert record["checkpoint_step"] == max(s for s in range(0, event.step + 1, 4) if s <= event.onset)
+    foreign = [s for s in range(1, min(event.onset, 9) + 1) if s % 4 and s > record["checkpoint_step"]]
+    assert foreign, f"the test needs an earlier run's checkpoint nearer the onset {event.onset}"
+    for step in foreign:
+        assert "another run" in record["skipped"][os.path.join(out, f"checkpoint-{step}")]
+
+
+@pytest.mark.slow
+def test_a_threshold_alarm_rolls_back_before_the_alarm_step(make_trainer):
+    """The threshold alarm has no onset of its own: its onset is the last step it measured without firing, so a
+    rollback never restores the checkpoint saved at the alarm (which would roll nothing back)."""
+    settings = {**HACK, "collapse_detector": "none", "collapse_repetition_max": 0.0}
+    settings["diversity_metrics"] = ["repetition"]
+    trainer = make_trainer(reward_funcs=[fixed_text_reward], **{**ROLLBACK, "save_steps": 1}, **settings)
+    trainer.train()
+    event, record = trainer.collapse_monitor.event, trainer.collapse_monitor.rollback
+    assert event.source == "threshold" and event.onset < event.step
+    assert record["checkpoint_step"] == event.onset < event.step
+
+
+class _Damage(TrainerCallback):
+    """Damages each checkpoint after it is saved: odd steps lose optimizer.pt, even steps get a truncated weights file
+    (a file there, but unreadable)."""
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if state.global_step % 2:
+            os.remove(os.path.join(folder, "optimizer.pt"))
+        else:
+            with open(os.path.join(folder, "model.safetensors"), "r+b") as f:
+                f.truncate(64)
+        return control
+
+
+@pytest.mark.slow
+def test_a_rollback_passes_over_incomplete_and_unreadable_checkpoints(make_trainer):
+    """A checkpoint without its optimizer is not reported as restored, and one whose weights fail to load makes the
+    rollback try the previous one (not an exception at the end of train()): here everything after checkpoint-0 is
+    damaged, so the run ends on checkpoint-0, complete, with each damaged one named."""
+    trainer = make_trainer(reward_funcs=[fixed_text_reward], **{**ROLLBACK, "save_steps": 1}, **HACK)
+    trainer.add_callback(_Damage())
+    trainer.train()
+    record = trainer.collapse_monitor.rollback
+    onset = trainer.collapse_monitor.event.onset
+    assert onset >= 2, "the test needs damaged checkpoints of both kinds before the onset"
+    assert (record["checkpoint_step"], record["optimizer_restored"]) == (0, True)
+    out = trainer.args.output_dir
+    for step in range(1, onset + 1):
+        why = record["skipped"][os.path.join(out, f"checkpoint-{step}")]
+        assert ("optimizer" in why) if step % 2 else ("loading it failed" in why), (step, why)
+    assert json.load(open(os.path.join(out, "collapse_rollback.json"))) == record
+
+
+@pytest.mark.slow
+def test_resuming_past_an_alarm_raises_it_again(make_trainer, tmp_path):
+    """A stop saves the alarmed state; resuming from it (or from the checkpoint a rollback saved at its alarm) must not
+    train on silently from the hacked weights with the detector, which fires once per run, quiet."""
+    out = str(tmp_path / "run")
+    stopped = make_trainer(reward_funcs=[fixed_text_reward], output_dir=out, collapse_action="stop", **HACK)
+    stopped.train()
+    first = stopped.collapse_monitor.event
+    resumed = make_trainer(reward_funcs=[fixed_text_reward], output_dir=out, collapse_action="stop", **HACK)
+    resumed.train(resume_from_checkpoint=True)
+    again = resumed.collapse_monitor.event
+    assert resumed.state.global_step == again.step == first.step + 1  # stopped again at its first step
+    assert (again.onset, again.source) == (first.onset, "detector") and "resumed from a checkpoint" in again.reasons[0]
+    assert [h["step"] for h in last_logs(resumed) if h.get("alarm/hack") == 1.0] == [first.step, first.step + 1]
+    # after a rollback: its alarm step was saved too; resuming from it rolls back to the same checkpoint
+    out = str(tmp_path / "rolled")
+    rolled = make_trainer(reward_funcs=[fixed_text_reward], output_dir=out, **ROLLBACK, **HACK)
+    rolled.train()
+    alarm = rolled.collapse_monitor.event.step
+    assert os.path.isdir(os.path.join(out, f"checkpoint-{alarm}"))
+    again = make_trainer(reward_funcs=[fixed_text_reward], output_dir=out, **ROLLBACK, **HACK)
+    again.train(resume_from_checkpoint=True)
+    assert again.collapse_monitor.rollback["checkpoint_step"] == rolled.collapse_monitor.rollback["checkpoint_step"]

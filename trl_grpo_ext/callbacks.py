@@ -38,9 +38,10 @@ import torch
 from transformers import TrainerCallback
 
 from .adapter.plain import PlainTRLSource
+from .checkpoints import rollback_refusal, rollback_target
 from .core.diversity import batch_diversity, prompt_information, repetition_rates
 from .core.state import state_number
-from .detector import CollapseEvent, HackDetector, rollback_checkpoint
+from .detector import CollapseEvent, HackDetector
 from .names import ALARM_ACTIONS, DIVERSITY_METRICS
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,44 @@ def _quantiles(values: torch.Tensor) -> torch.Tensor:
     return torch.lerp(ordered[below], ordered[ranks.ceil().long()], ranks - below)
 
 
+def _check_monitor_settings(
+    *, every, ngram_sizes, repetition_n, entropy_sample, alarm_entropy_min, alarm_distinct2_drop, alarm_repetition_max
+) -> None:
+    """The monitor's constructor arguments, checked when it is built (a plain-TRL user passes them directly; the
+    config checks its fields with field-named errors before they get here): a ``ValueError`` naming the argument and a
+    value that works, instead of a failure at step 1 or an alarm that can never fire."""
+
+    def whole(name, value):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"CollapseMonitor: {name}={value!r} must be a whole number >= 1.")
+
+    whole("every", every)
+    whole("repetition_n", repetition_n)
+    whole("entropy_sample", entropy_sample)
+    if not ngram_sizes:
+        raise ValueError("CollapseMonitor: ngram_sizes is empty; pass e.g. (1, 2, 3, 4).")
+    for n in ngram_sizes:
+        whole("ngram_sizes item", n)
+    ranges = {  # argument -> (value, low, high, open above, what it is)
+        "alarm_entropy_min": (alarm_entropy_min, 0.0, math.inf, False, "an entropy (>= 0)"),
+        "alarm_distinct2_drop": (alarm_distinct2_drop, 0.0, 1.0, True, "a fraction in (0, 1)"),
+        "alarm_repetition_max": (
+            alarm_repetition_max,
+            0.0,
+            1.0,
+            True,
+            "a repetition rate in [0, 1) (it must be exceedable)",
+        ),
+    }
+    for name, (value, low, high, open_high, what) in ranges.items():
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        low_ok = number and (value > low if name == "alarm_distinct2_drop" else value >= low)
+        if not (number and low_ok and (value < high if open_high else value <= high)):
+            raise ValueError(f"CollapseMonitor: {name}={value!r} must be {what}, or None (off).")
+
+
 def _clock(source):
     """The plugin-time clock of the monitor's source (the Host's ``clock``), or nothing to measure with."""
     clock = getattr(source, "clock", None)
@@ -140,7 +179,12 @@ class CollapseMonitor(TrainerCallback):
             ``completions/mean_length`` (TRL's) and the monitor's diversity; logs ``alarm/hack`` (1.0 at the step it
             fires) and ``alarm/hack_score`` (the largest drift over its threshold: 1.0 fires).
         on_alarm: a callable given each alarm's :class:`~trl_grpo_ext.detector.CollapseEvent`; it may return one of
-            the actions for this alarm (None: ``alarm_action``). Settable later: ``monitor.on_alarm = fn``.
+            the actions for this alarm (None: ``alarm_action``). Settable later: ``monitor.on_alarm = fn``. If it
+            raises, the error is logged and ``alarm_action`` is taken (an alarm is never lost to a bug in it); if it
+            returns ``"rollback"`` where the run cannot roll back (:func:`~trl_grpo_ext.checkpoints.rollback_refusal`,
+            or no checkpoint of this run at or before the onset), ``"stop"`` is taken instead, with an error saying
+            why. Set before training, with ``save_strategy="steps"`` and every checkpoint kept, it makes the monitor
+            save ``checkpoint-0`` at the start, as ``alarm_action="rollback"`` does.
         every: measure the n-gram metrics and the entropy percentiles at steps 1, 1 + every, 1 + 2 * every, ...
             only (``diversity_every``); the entropy mean and low fraction, and evaluation batches, every time.
     """
@@ -167,6 +211,26 @@ class CollapseMonitor(TrainerCallback):
             raise ValueError(f"Unknown diversity metric(s) {sorted(unknown)}; choose from {list(METRICS)}.")
         if alarm_action not in ACTIONS:
             raise ValueError(f"alarm_action={alarm_action!r}; choose from {list(ACTIONS)}.")
+        _check_monitor_settings(
+            every=every,
+            ngram_sizes=ngram_sizes,
+            repetition_n=repetition_n,
+            entropy_sample=entropy_sample,
+            alarm_entropy_min=alarm_entropy_min,
+            alarm_distinct2_drop=alarm_distinct2_drop,
+            alarm_repetition_max=alarm_repetition_max,
+        )
+        thresholds = (alarm_entropy_min, alarm_distinct2_drop, alarm_repetition_max)
+        if alarm_action != "warn" and detector is None and all(value is None for value in thresholds):
+            raise ValueError(
+                f"CollapseMonitor: alarm_action={alarm_action!r} but nothing can alarm (no detector and no alarm_* "
+                "threshold). Fix: pass detector=HackDetector(...) or an alarm_* threshold, or leave "
+                "alarm_action='warn'."
+            )
+        if alarm_action == "rollback":
+            refusal = rollback_refusal(trainer.args.save_strategy, trainer.args.save_total_limit)
+            if refusal is not None:
+                raise ValueError(f"CollapseMonitor: alarm_action='rollback', but {refusal[0]}. Fix: {refusal[1]}.")
         # the Host of a GRPOExtTrainer feeds the monitor (observe_generation, record_entropy); a plain GRPOTrainer is
         # read through its adapter
         self.source = trainer if getattr(trainer, "feeds_collapse_monitor", False) else PlainTRLSource(trainer)
@@ -186,6 +250,14 @@ class CollapseMonitor(TrainerCallback):
         self.event: CollapseEvent | None = None
         self.rollback: dict | None = None
         self._rollback_event: CollapseEvent | None = None
+        #: the steps this run (and the runs it resumed from) saved checkpoints at: the only ones a rollback restores
+        #: (an output_dir may hold another run's)
+        self.saved_steps: set[int] = set()
+        #: the alarm a resumed checkpoint was saved after (raised again at the first step: its weights are the ones
+        #: after the alarm); the last step the threshold alarm measured and did not fire (its onset)
+        self._resumed_event: CollapseEvent | None = None
+        self._calm_step = 0
+        self._can_roll_back = False
         self._metric_seen: dict[str, tuple[list | None, int]] = {}
         self.every = every
         self.baseline_distinct2: float | None = None
@@ -367,17 +439,45 @@ class CollapseMonitor(TrainerCallback):
         why = f"{alarm.signal} drifted {alarm.drift:.3f} from its best point (step {alarm.onset})"
         return CollapseEvent(step=step, onset=alarm.onset, source="detector", reasons=[why])
 
-    def _act(self, event: CollapseEvent, control) -> None:
-        first = self.event is None
-        if first:
-            self.event = event
+    def _choose(self, event: CollapseEvent) -> str:
+        """The action for ``event``: ``on_alarm``'s choice, else ``alarm_action``. A callable that raises is logged and
+        ``alarm_action`` taken; a rollback the run cannot make becomes a stop (a checkpoint at the alarm, then the end),
+        with an error saying why."""
         action = self.alarm_action
         if self.on_alarm is not None:
-            chosen = self.on_alarm(event)
+            try:
+                chosen = self.on_alarm(event)
+            except Exception:
+                logger.exception(
+                    "on_alarm raised at step %d; taking alarm_action=%r instead.", event.step, self.alarm_action
+                )
+                chosen = None
             if chosen is not None:
                 if chosen not in ACTIONS:
                     raise ValueError(f"on_alarm returned {chosen!r}; return one of {list(ACTIONS)} or None.")
                 action = chosen
+        if action == "rollback":
+            args = self.source.args
+            refusal = rollback_refusal(args.save_strategy, args.save_total_limit)
+            why = (
+                refusal[0] + f" (fix: {refusal[1]})"
+                if refusal is not None
+                else None
+                if self._can_roll_back
+                else "no checkpoint was saved when training started (on_alarm was set after train() began)"
+            )
+            if why is not None:
+                logger.error(
+                    "Step %d: a rollback was chosen but cannot be made: %s. Stopping instead.", event.step, why
+                )
+                action = "stop"
+        return action
+
+    def _act(self, event: CollapseEvent, control) -> None:
+        first = self.event is None
+        if first:
+            self.event = event
+        action = self._choose(event)
         kind = "Hack detector" if event.source == "detector" else "Collapse alarm"
         logger.warning("%s at step %d: %s (action: %s).", kind, event.step, "; ".join(event.reasons), action)
         if action == "save":
@@ -386,6 +486,9 @@ class CollapseMonitor(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         elif action == "rollback":
+            # the state at the alarm is saved too (with the alarm in its monitor state, so resuming from it raises the
+            # alarm again instead of training on silently from the hacked weights)
+            control.should_save = True
             control.should_training_stop = True
             if self._rollback_event is None:
                 self._rollback_event = event
@@ -393,13 +496,20 @@ class CollapseMonitor(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not self.fed_by_trainer and state.global_step > 0:
             self._load_plain_state(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
-        # A rollback needs a checkpoint at or before any onset: the weights training starts from.
-        if self.alarm_action == "rollback" and state.global_step == 0:
+        if state.global_step > 0:
+            self.saved_steps.add(int(state.global_step))  # the checkpoint this run resumed from is of its lineage
+        # A rollback needs a checkpoint at or before any onset: the weights training starts from (also when a user's
+        # on_alarm may choose a rollback and the run keeps its checkpoints).
+        ready = rollback_refusal(args.save_strategy, args.save_total_limit) is None
+        self._can_roll_back = ready and (self.alarm_action == "rollback" or self.on_alarm is not None)
+        if self._can_roll_back and state.global_step == 0:
             with _clock(self.source):
                 self.source.save_checkpoint()
+            self.saved_steps.add(0)
         return control
 
     def on_save(self, args, state, control, **kwargs):
+        self.saved_steps.add(int(state.global_step))
         # GRPOExtTrainer saves the monitor's state with its extensions'; on a plain trainer the monitor writes it into
         # the checkpoint itself, and reads it back when a run resumes from a checkpoint of its output_dir.
         if not self.fed_by_trainer and state.is_world_process_zero:
@@ -421,24 +531,49 @@ class CollapseMonitor(TrainerCallback):
             self.load_state_dict(json.load(f))
 
     def _roll_back(self, args, state) -> None:
+        """Restore the newest complete checkpoint this run saved at or before the onset (checkpoints.rollback_target);
+        one that fails to load is reported and the next earlier one tried. What was restored, what was not and what
+        was passed over go to ``output_dir/collapse_rollback.json``."""
         event = self._rollback_event
-        found = rollback_checkpoint(args.output_dir, event.onset)
         record: dict = {"alarm_step": event.step, "onset_step": event.onset, "source": event.source}
         record["reasons"] = event.reasons
-        if found is None:
-            logger.error(
-                "Rollback: no checkpoint saved at or before step %d in %s; the weights stay those of step %d.",
-                event.onset, args.output_dir, state.global_step,
-            )  # fmt: skip
-            record.update(restored=None, checkpoint_step=None)
-        else:
-            step, folder = found
-            self.source.restore_checkpoint(folder)
-            logger.warning(
-                "Rollback: alarm at step %d (onset %d); restored weights, optimizer, scheduler and extension state "
-                "from %s (step %d).", event.step, event.onset, folder, step,
-            )  # fmt: skip
-            record.update(restored=folder, checkpoint_step=step)
+        record.update(restored=None, checkpoint_step=None, optimizer_restored=False, skipped={})
+        saved, before = set(self.saved_steps), event.onset
+        while True:
+            target = rollback_target(args.output_dir, before=before, own_steps=saved)
+            record["skipped"].update(target.skipped)
+            if target.folder is None:
+                logger.error(
+                    "Rollback: no usable checkpoint of this run saved at or before step %d in %s (passed over: %s); "
+                    "the weights stay those of step %d.", event.onset, args.output_dir, record["skipped"] or "none",
+                    state.global_step,
+                )  # fmt: skip
+                break
+            try:
+                self.source.restore_checkpoint(target.folder)
+            except Exception as error:  # a file there but unreadable: the next earlier checkpoint
+                logger.error(
+                    "Rollback: %s could not be loaded (%s); trying an earlier checkpoint.", target.folder, error
+                )
+                record["skipped"][target.folder] = f"loading it failed: {type(error).__name__}: {error}"
+                before = target.step - 1
+                continue
+            record.update(restored=target.folder, checkpoint_step=target.step, optimizer_restored=target.complete)
+            if target.complete:
+                logger.warning(
+                    "Rollback: alarm at step %d (onset %d); restored weights, optimizer, scheduler and extension "
+                    "state from %s (step %d).", event.step, event.onset, target.folder, target.step,
+                )  # fmt: skip
+            else:
+                logger.error(
+                    "Rollback: alarm at step %d (onset %d); restored the WEIGHTS ONLY from %s (step %d): %s. The "
+                    "optimizer and scheduler are still those of step %d.", event.step, event.onset, target.folder,
+                    target.step, target.skipped.get(target.folder, "its optimizer state is incomplete"),
+                    state.global_step,
+                )  # fmt: skip
+            break
+        self.saved_steps |= saved  # the restored monitor state's list is the checkpoint's: keep the run's
+        self._resumed_event = None  # the restored state is before the alarm
         self.rollback = record
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
@@ -446,17 +581,36 @@ class CollapseMonitor(TrainerCallback):
                 json.dump(record, f, indent=2)
 
     def state_dict(self) -> dict:
-        """What a resumed run needs: the Distinct-2 baseline of the alarm and the detector's measurements (saved by
-        GRPOExtTrainer's checkpoints)."""
+        """What a resumed run needs: the Distinct-2 baseline of the alarm, the detector's measurements, the steps this
+        run saved (the checkpoints a rollback may restore), the last calm step of the threshold alarm and the first
+        alarm (a run resumed from a checkpoint saved after it raises it again) (saved by GRPOExtTrainer's
+        checkpoints)."""
         state: dict = {} if self.baseline_distinct2 is None else {"baseline_distinct2": self.baseline_distinct2}
         if self.detector is not None:
             state["detector"] = self.detector.state_dict()
+        state["saved_steps"] = sorted(self.saved_steps)
+        state["calm_step"] = self._calm_step
+        if self.event is not None:
+            state["event"] = vars(self.event).copy()
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` saved (a resume, or a rollback's restore). The live ``event`` and
+        ``rollback`` are kept: they are the record of what this run did."""
         self.baseline_distinct2 = state_number(state, "baseline_distinct2", low=0.0, high=1.0, optional=True)
         if self.detector is not None and "detector" in state:
             self.detector.load_state_dict(state["detector"])
+        steps = state.get("saved_steps", [])
+        if not isinstance(steps, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
+            raise ValueError(f"collapse monitor state: 'saved_steps' must be a list of steps, got {steps!r}.")
+        self.saved_steps |= set(steps)
+        self._calm_step = int(state_number(state, "calm_step", low=0.0, optional=True, integer=True) or 0)
+        event = state.get("event")
+        if event is not None:
+            try:
+                self._resumed_event = CollapseEvent(**event)
+            except TypeError as error:
+                raise ValueError(f"collapse monitor state: 'event' is damaged ({error}).") from error
 
     def on_step_end(self, args, state, control, **kwargs):
         with _clock(self.source):
@@ -477,16 +631,29 @@ class CollapseMonitor(TrainerCallback):
         if "entropy" in self.metrics:
             values.update(self._entropy_metrics(percentiles=measured))
         event = self._detect(values, state.global_step) if self.detector is not None else None
-        if not values:
+        resumed, self._resumed_event = self._resumed_event, None
+        if resumed is not None and event is None:
+            # resumed from a checkpoint saved after an alarm: its weights are the alarmed ones, and the detector (which
+            # fires once per run) would stay silent
+            why = (
+                f"resumed from a checkpoint saved after the alarm at step {resumed.step} (onset {resumed.onset}): "
+                + "; ".join(resumed.reasons)
+            )
+            event = CollapseEvent(step=state.global_step, onset=resumed.onset, source=resumed.source, reasons=[why])
+            if resumed.source == "detector":
+                values["alarm/hack"] = 1.0
+        if not values and event is None:
             return control
         reasons = self._threshold_reasons(values)
         values["alarm/collapse"] = 1.0 if reasons else 0.0
         if reasons:
             self.alarms.append((state.global_step, reasons))
-            if event is None:  # the detector did not fire: the thresholds' alarm, with no onset of its own
+            if event is None:  # the detector did not fire: the thresholds' alarm; its onset is the last calm step
                 event = CollapseEvent(
-                    step=state.global_step, onset=state.global_step, source="threshold", reasons=reasons
+                    step=state.global_step, onset=self._calm_step, source="threshold", reasons=reasons
                 )
+        elif values.keys() - {"alarm/collapse", "alarm/hack", "alarm/hack_score"}:
+            self._calm_step = state.global_step
         if event is not None:
             self._act(event, control)
         self.last = values

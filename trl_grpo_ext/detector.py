@@ -5,15 +5,13 @@
 (benchmarks/hack_study.py), so a run's online alarm and its replay agree. Its state (the measurements) is saved in
 checkpoints, so a resumed run alarms where an uninterrupted one does.
 
-:class:`CollapseEvent` is what an alarm hands to the action (``collapse_action`` or a user's ``on_alarm``), and
-:func:`rollback_checkpoint` picks the checkpoint a ``rollback`` returns to.
+:class:`CollapseEvent` is what an alarm hands to the action (``collapse_action`` or a user's ``on_alarm``); the
+checkpoint a ``rollback`` returns to is :func:`trl_grpo_ext.checkpoints.rollback_target`'s.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,14 +25,46 @@ SIGNALS: dict[str, tuple[str, int, bool]] = {
     "prompt_info": ("diversity/prompt_info", -1, True),
     "repetition": ("diversity/repetition", 1, False),
 }
+#: The largest drift each signal can reach (None: unbounded): a repetition rate is a fraction (an absolute rise of at
+#: most 1), and prompt information, never negative, can fall by at most all of it (a relative fall of at most 1). A
+#: threshold above it would never alarm.
+REACHABLE: dict[str, float | None] = {"length": None, "prompt_info": 1.0, "repetition": 1.0}
+
+
+def check_detector_settings(*, window, warmup, onset_fraction) -> None:
+    """``window`` and ``warmup`` whole numbers >= 1, ``onset_fraction`` in [0, 1); a ``ValueError`` naming the one that
+    is not (the config has its own field-named checks; this guards the plain-TRL constructor)."""
+    for name, value in (("window", window), ("warmup", warmup)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"HackDetector: {name}={value!r} must be a whole number >= 1 (measurements), e.g. 3.")
+    if not (isinstance(onset_fraction, (int, float)) and 0.0 <= onset_fraction < 1.0):
+        raise ValueError(
+            f"HackDetector: onset_fraction={onset_fraction!r} must lie in [0, 1) (a fraction of the threshold), "
+            "e.g. 0.75."
+        )
 
 
 def drift_rules(thresholds: Mapping[str, float]) -> dict[str, DriftRule]:
     """signal name (:data:`SIGNALS`) -> threshold, as the rules :func:`~trl_grpo_ext.core.hack_detection.drift_alarm`
-    reads (each signal's direction and relative / absolute drift from :data:`SIGNALS`)."""
+    reads (each signal's direction and relative / absolute drift from :data:`SIGNALS`). A threshold must be a finite
+    number > 0 that the signal can reach (:data:`REACHABLE`): NaN compares false with every drift and would never
+    alarm."""
     unknown = sorted(set(thresholds) - set(SIGNALS))
     if unknown:
         raise ValueError(f"Unknown detector signal(s) {unknown}; choose from {sorted(SIGNALS)}.")
+    if not thresholds:
+        raise ValueError(
+            "HackDetector: no signal to read (thresholds is empty); give at least one, e.g. {'length': 0.1}."
+        )
+    for name, value in thresholds.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"HackDetector: the {name!r} threshold {value!r} must be a finite number > 0, e.g. 0.1.")
+        reachable = REACHABLE[name]
+        if reachable is not None and value > reachable:
+            raise ValueError(
+                f"HackDetector: the {name!r} threshold {value!r} can never be reached (its drift is at most "
+                f"{reachable:g}); use a value in (0, {reachable:g}]."
+            )
     return {
         name: DriftRule(direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2])
         for name, value in thresholds.items()
@@ -54,6 +84,7 @@ class HackDetector:
     """
 
     def __init__(self, thresholds: Mapping[str, float], *, window: int, warmup: int, onset_fraction: float = 0.0):
+        check_detector_settings(window=window, warmup=warmup, onset_fraction=onset_fraction)
         self.rules = drift_rules(thresholds)
         self.window = window
         self.warmup = warmup
@@ -147,9 +178,11 @@ def detector_from_config(args) -> HackDetector | None:
 
 @dataclass
 class CollapseEvent:
-    """One alarm, as an action sees it: the ``step`` it fired at, the ``onset`` step (the detector's; the alarm step
-    for the threshold alarm, which has none), which ``source`` fired (``"detector"`` or ``"threshold"``) and the
-    ``reasons`` in words."""
+    """One alarm, as an action sees it: the ``step`` it fired at, the ``onset`` step (the detector's; for the
+    threshold alarm the last step it measured without firing, 0 if none: always before ``step``, so a rollback never
+    restores the checkpoint saved at the alarm), which ``source`` fired (``"detector"`` or ``"threshold"``) and the
+    ``reasons`` in words. A run resumed from a checkpoint saved after an alarm raises it again at its first step, with
+    the first alarm's onset and source."""
 
     step: int
     onset: int
@@ -157,38 +190,13 @@ class CollapseEvent:
     reasons: list[str] = field(default_factory=list)
 
 
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def checkpoints(output_dir: str) -> dict[int, str]:
-    """The run's saved checkpoints: step -> folder (``checkpoint-<step>`` folders of ``output_dir``)."""
-    if not os.path.isdir(output_dir):
-        return {}
-    found = {}
-    for name in os.listdir(output_dir):
-        match = _CHECKPOINT.match(name)
-        path = os.path.join(output_dir, name)
-        if match and os.path.isfile(os.path.join(path, "trainer_state.json")):
-            found[int(match.group(1))] = path
-    return found
-
-
-def rollback_checkpoint(output_dir: str, onset: int) -> tuple[int, str] | None:
-    """The checkpoint a rollback returns to: the last one saved at or before ``onset``; None if there is none."""
-    before = {step: path for step, path in checkpoints(output_dir).items() if step <= onset}
-    if not before:
-        return None
-    step = max(before)
-    return step, before[step]
-
-
 __all__ = [
+    "REACHABLE",
     "SIGNALS",
     "THRESHOLD_FIELDS",
     "CollapseEvent",
     "HackDetector",
-    "checkpoints",
+    "check_detector_settings",
     "detector_from_config",
     "drift_rules",
-    "rollback_checkpoint",
 ]

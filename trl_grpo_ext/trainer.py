@@ -26,14 +26,11 @@ import json
 import logging
 import numbers
 import os
-import re
 import sys
 import tempfile
 from typing import Any
 
 import torch
-from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .adapter.compat import (
     combined_rewards,
@@ -44,6 +41,7 @@ from .adapter.hooks import TRLHooks
 from .adapter.host import TrainerHost
 from .adapter.rollouts import RolloutService, apply_splice, place_splices
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
+from .checkpoints import STATE_FILE, checkpoint_damage, last_complete_checkpoint
 from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
 from .families import FAMILIES, TRAINER_METRICS, Extension, GenerationBatch, LossContext, declared_metrics
@@ -52,9 +50,6 @@ from .families.contracts import Receiver
 from .families.observers import OBSERVERS
 
 logger = logging.getLogger(__name__)
-
-#: File written into each checkpoint folder with the state of every extension.
-STATE_FILE = "grpo_ext_state.json"
 
 
 class AccelerateCollectives:
@@ -195,46 +190,6 @@ def _check_prompts(datasets: dict[str, Any], *, environment: bool = False) -> No
                     "string or a non-empty list of chat messages ({'role': ..., 'content': ...}). Fix: drop or repair "
                     "that row (dataset.filter(...)), or cast the column to text."
                 )
-
-
-def checkpoint_damage(folder: str, *, ext_state: bool = True) -> str | None:
-    """Why the checkpoint ``folder`` cannot be resumed from, or None: its ``trainer_state.json`` (written last by
-    transformers, in place, so a kill can leave it truncated) must exist and parse, and with ``ext_state`` the
-    extensions' state file must parse when present."""
-    state = os.path.join(folder, TRAINER_STATE_NAME)
-    if not os.path.exists(state):
-        return f"it has no {TRAINER_STATE_NAME} (saving was interrupted)"
-    for path in (state, os.path.join(folder, STATE_FILE)):
-        if path != state and (not ext_state or not os.path.exists(path)):
-            continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                json.load(f)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            return f"{os.path.basename(path)} is damaged ({error})"
-    return None
-
-
-def last_complete_checkpoint(output_dir: str, *, ext_state: bool = True) -> str:
-    """The newest ``checkpoint-N`` folder of ``output_dir`` whose files parse (:func:`checkpoint_damage`); damaged or
-    incomplete newer ones (a kill while saving) are skipped with a warning naming the file. Raises ``ValueError``
-    when there is none."""
-    folders = []
-    if os.path.isdir(output_dir):
-        for name in os.listdir(output_dir):
-            match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name)
-            if match and os.path.isdir(os.path.join(output_dir, name)):
-                folders.append((int(match.group(1)), os.path.join(output_dir, name)))
-    for _, folder in sorted(folders, reverse=True):
-        damage = checkpoint_damage(folder, ext_state=ext_state)
-        if damage is None:
-            return folder
-        logger.warning("Skipping %s: %s; resuming from an earlier checkpoint.", folder, damage)
-    raise ValueError(
-        f"resume_from_checkpoint=True: no complete checkpoint (a {PREFIX_CHECKPOINT_DIR}-N folder whose "
-        f"{TRAINER_STATE_NAME} parses) in output_dir={output_dir!r}. Fix: pass the checkpoint's path, or start without "
-        "resuming."
-    )
 
 
 class GRPOExtTrainer(TRLHooks):
@@ -568,7 +523,11 @@ class GRPOExtTrainer(TRLHooks):
         self._check_args_unchanged()
         if resume_from_checkpoint is True:  # a damaged state file of ours matters only when it is to be loaded
             resume_from_checkpoint = last_complete_checkpoint(
-                self.args.output_dir, ext_state=self.args.ext_resume_state == "load"
+                self.args.output_dir,
+                ext_state=self.args.ext_resume_state == "load",
+                log=lambda folder, why: logger.warning(
+                    "Skipping %s: %s; resuming from an earlier checkpoint.", folder, why
+                ),
             )
         elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint):
             # transformers' file; ours gets its own message (and the 'ignore' escape hatch) when it is loaded

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..checkpoints import rollback_refusal
 from ..names import DIVERSITY_METRICS
 from .section import ConfigSection, _fail, bounds
 
@@ -59,11 +60,14 @@ class MonitorConfig(ConfigSection):
             read.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
             What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
-            `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (training
-            ends and the weights, optimizer, scheduler and extension state are restored from the last checkpoint
-            saved at or before the detector's onset step; needs `save_strategy="steps"` and
+            `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (a
+            checkpoint of the alarmed state, training ends, and the weights, optimizer, scheduler and extension state
+            are restored from the newest complete checkpoint this run saved at or before the alarm's onset (the
+            detector's onset, or the threshold alarm's last calm step); another run's folders in `output_dir`,
+            damaged ones and ones without optimizer state are passed over; needs `save_strategy="steps"` and
             `save_total_limit=None`, and saves `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says
-            what was restored). A callable `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
+            what was restored and what was passed over). Resuming from a checkpoint saved after an alarm raises it
+            again at the first step. A callable `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
         eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
             k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
             (`num_generations_eval` per prompt). Empty: off.
@@ -169,6 +173,13 @@ class MonitorConfig(ConfigSection):
             _fail("diversity_every", self.diversity_every, "must be >= 1 (1: every step)", "e.g. diversity_every=4")
         if self.collapse_distinct2_drop is not None and not 0 < self.collapse_distinct2_drop < 1:
             _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
+        if self.collapse_repetition_max is not None and self.collapse_repetition_max >= 1.0:
+            _fail(
+                "collapse_repetition_max",
+                self.collapse_repetition_max,
+                "can never be exceeded: a repetition rate is at most 1.0",
+                "e.g. collapse_repetition_max=0.5, or None (off)",
+            )
         if any(int(k) < 1 for k in self.eval_pass_at_k):
             _fail("eval_pass_at_k", self.eval_pass_at_k, "k must be >= 1", "e.g. [1, 4, 8]")
         needs = {  # alarm field -> the diversity metric it reads
@@ -201,6 +212,14 @@ class MonitorConfig(ConfigSection):
                 value = getattr(self, name)
                 if value is not None and not value > 0:
                     _fail(name, value, "must be > 0 (a drift that alarms) or None", f"e.g. {name}=0.2")
+            reachable = {  # the largest drift the signal can show (detector.REACHABLE)
+                "collapse_prompt_info_drop": "prompt information, never negative, falls by at most all of it (1.0)",
+                "collapse_repetition_rise": "a repetition rate is a fraction: it rises by at most 1.0",
+            }
+            for name, why in reachable.items():
+                value = getattr(self, name)
+                if value is not None and value > 1.0:
+                    _fail(name, value, f"can never be reached: {why}", f"e.g. {name}=0.2, or None to not read it")
             needs.update(collapse_prompt_info_drop="prompt_info", collapse_repetition_rise="repetition")
         for name, metric in needs.items():
             value = getattr(self, name)
@@ -213,22 +232,47 @@ class MonitorConfig(ConfigSection):
                 )
 
     def check_across(self) -> None:
-        if self.collapse_action == "rollback" and self.save_strategy != "steps":
+        if self.collapse_action == "rollback":
+            refusal = rollback_refusal(self.save_strategy, self.save_total_limit)
+            if refusal is not None:
+                _fail("collapse_action", self.collapse_action, *refusal)
+        alarms = ("collapse_entropy_min", "collapse_distinct2_drop", "collapse_repetition_max")
+        if (
+            self.collapse_action != "warn"
+            and self.diversity_metrics
+            and self.collapse_detector == "none"
+            and all(getattr(self, name) is None for name in alarms)
+        ):
             _fail(
                 "collapse_action",
                 self.collapse_action,
-                f"a rollback returns to a checkpoint saved before the alarm's onset, but save_strategy is "
-                f"{str(self.save_strategy)!r}",
-                "set save_strategy='steps' and save_steps (e.g. 25), or use collapse_action='stop'",
+                "nothing can alarm: collapse_detector is 'none' and no collapse_* threshold is set, so the action "
+                "never happens",
+                "set collapse_detector='drift' (or a collapse_* threshold), or leave collapse_action='warn'",
             )
-        if self.collapse_action == "rollback" and self.save_total_limit is not None:
-            _fail(
-                "collapse_action",
-                self.collapse_action,
-                f"save_total_limit={self.save_total_limit} deletes older checkpoints, and the one saved before the "
-                "alarm's onset may be among them (a rollback then finds nothing to return to)",
-                "set save_total_limit=None (keep every checkpoint), or use collapse_action='stop'",
-            )
+        if self.collapse_detector != "none" and self.max_steps > 0:
+            # the detector tracks a best point from its warmup-th measurement on and alarms at a later one; with
+            # diversity_every = k the diversity signals are measured every k steps
+            needed = self.collapse_detector_warmup * self.diversity_every
+            if needed >= self.max_steps:
+                _fail(
+                    "collapse_detector_warmup",
+                    self.collapse_detector_warmup,
+                    f"the detector needs more than {needed} steps (warm-up {self.collapse_detector_warmup} "
+                    f"measurements x diversity_every={self.diversity_every}) before it can alarm, but max_steps is "
+                    f"{self.max_steps}: it could never fire",
+                    f"lower it (e.g. collapse_detector_warmup=2) or raise max_steps above {needed}",
+                )
+        if self.collapse_detector != "none" and self.collapse_length_rise is not None:
+            most = float(self.max_completion_length or 0) - 1.0  # mean length from >= 1 token to <= max
+            if self.max_completion_length and self.collapse_length_rise > most:
+                _fail(
+                    "collapse_length_rise",
+                    self.collapse_length_rise,
+                    f"can never be reached: the mean completion length can rise at most {most:g}x above its lowest "
+                    f"point (from 1 token to max_completion_length={self.max_completion_length})",
+                    "e.g. collapse_length_rise=0.1, or None to not read length",
+                )
         if self.collapse_action == "rollback" and not self.diversity_metrics:
             _fail(
                 "collapse_action",

@@ -48,6 +48,8 @@ class CollapseObserver(ObserverBase):
         "collapse_repetition_rise",
         "collapse_action",
         "log_completions",
+        "save_strategy",
+        "save_total_limit",
     )
 
     docs = "monitoring.md"
