@@ -28,7 +28,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias")
+TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
+#: Settings with no hack (the proxy is the gold): runs whose completions lengthen because they learn, the detector's
+#: negative controls.
+HEALTHY = ("scratchpad", "terse")
 ARMS = ("vanilla", "tools", "clean")
 #: What acting on the detector gives, trained for real (not part of the default arms): vanilla with
 #: ``collapse_action: rollback`` and a checkpoint every :data:`EVAL_EVERY` steps; its final model (the restored one) is
@@ -50,6 +53,8 @@ KEPT = (
     "diversity/repetition",
     "diversity/prompt_info",
     "alarm/collapse",
+    "audit/disagreement",
+    "audit/flagged_frac",
 )
 
 
@@ -125,13 +130,18 @@ def run_one(job: dict) -> dict:
     )
     os.makedirs(os.path.join(job["cache"], "runs"), exist_ok=True)
     output_dir = tempfile.mkdtemp(dir=os.path.join(job["cache"], "runs"))  # a rollback reads its own checkpoints only
-    args = GRPOExtConfig(**config, output_dir=output_dir, disable_tqdm=True)
     set_seed(grpo_seed)
     reward = bed.gold_reward if job["arm"] == "clean" else bed.proxy_reward
+    # the audit: computed and logged, never trained on (weight 0), with a blind spot of its own (lab.testbeds.audit)
+    from trl_grpo_ext.lab.testbeds.audit import tolerant_audit
+
+    config = {**config, "reward_weights": [1.0, 0.0], "collapse_audit_rewards": ["tolerant_audit"]}
+    args = GRPOExtConfig(**config, output_dir=output_dir, disable_tqdm=True)
     train = testbed.addition_problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
     checkpoints = Checkpoints()
     trainer = GRPOExtTrainer(
-        model=path, reward_funcs=[gold.wrap(reward)], args=args, train_dataset=train, processing_class=tokenizer,
+        model=path, reward_funcs=[gold.wrap(reward), tolerant_audit], args=args, train_dataset=train,
+        processing_class=tokenizer,
         callbacks=[checkpoints],
     )  # fmt: skip
     trainer.train()

@@ -205,7 +205,9 @@ def _stub_trainer(**args):
     from types import SimpleNamespace
 
     fields = {"save_strategy": "steps", "save_total_limit": None, "log_completions": False, **args}
-    return SimpleNamespace(args=SimpleNamespace(**fields), state=SimpleNamespace(global_step=0))
+    return SimpleNamespace(
+        args=SimpleNamespace(**fields), state=SimpleNamespace(global_step=0), _logs={"completion": []}
+    )
 
 
 @pytest.mark.parametrize(
@@ -311,17 +313,30 @@ def test_config_refuses_what_cannot_work():
         GRPOExtConfig(**drift, collapse_prompt_info_drop=1.5)
     with pytest.raises(ValueError, match="collapse_detector_warmup.*max_steps is 10: it could never fire"):
         GRPOExtConfig(**{**drift, "max_steps": 10}, collapse_detector_warmup=10**6)
+    with pytest.raises(ValueError, match="collapse_detector_warmup=9 at most here"):
+        GRPOExtConfig(**{**drift, "max_steps": 10}, collapse_detector_warmup=10)
     with pytest.raises(ValueError, match="collapse_detector_warmup.*diversity_every=4"):
         GRPOExtConfig(**{**drift, "max_steps": 10}, collapse_detector_warmup=3, diversity_every=4)
     with pytest.raises(ValueError, match="collapse_length_rise.*can never be reached.*max_completion_length=8"):
         GRPOExtConfig(**{**drift, "max_completion_length": 8}, collapse_length_rise=7.5)
     with pytest.raises(ValueError, match="collapse_repetition_max.*can never be exceeded"):
         GRPOExtConfig(**base, diversity_metrics=["repetition"], collapse_repetition_max=1.0)
+    # the length signal's gate reads prompt information; audits and screening need their names
+    with pytest.raises(ValueError, match="collapse_length_info_gate.*'prompt_info'.*collapse_length_info_gate=None"):
+        GRPOExtConfig(**base, collapse_detector="drift", diversity_metrics=["entropy"], collapse_prompt_info_drop=None,
+                      collapse_repetition_rise=None)  # fmt: skip
+    with pytest.raises(ValueError, match="collapse_action.*no audit is named.*collapse_audit_rewards"):
+        GRPOExtConfig(**drift, collapse_action="screen")
+    with pytest.raises(ValueError, match="collapse_audit_rise.*can never be reached"):
+        GRPOExtConfig(**drift, collapse_audit_rewards=["strict"], collapse_audit_rise=1.5)
+    with pytest.raises(ValueError, match="collapse_audit_rewards.*diversity_metrics switches on"):
+        GRPOExtConfig(**base, collapse_audit_rewards=["strict"])
     # the signals the user leaves out are not needed
     GRPOExtConfig(
         **base, collapse_detector="drift", diversity_metrics=["entropy"], collapse_prompt_info_drop=None,
-        collapse_repetition_rise=None,
+        collapse_repetition_rise=None, collapse_length_info_gate=None,
     )  # fmt: skip
+    GRPOExtConfig(**drift, collapse_audit_rewards=["strict"], collapse_action="screen")
 
 
 # ----------------------------------------------------------------------------------------------------------- training
@@ -442,6 +457,7 @@ def test_plain_trl_detector_alarms_where_the_plugin_does(make_trainer):
 
     settings = {**HACK, "max_completion_length": 16, "diversity_metrics": ["repetition"]}
     settings.update(collapse_prompt_info_drop=None, collapse_repetition_rise=None, collapse_length_rise=0.05)
+    settings.update(collapse_length_info_gate=None)  # length alone
     plugin = make_trainer(reward_funcs=[long_reward], **settings)
     plugin.train()
     event = plugin.collapse_monitor.event
@@ -615,3 +631,229 @@ def test_resuming_past_an_alarm_raises_it_again(make_trainer, tmp_path):
     again = make_trainer(reward_funcs=[fixed_text_reward], output_dir=out, **ROLLBACK, **HACK)
     again.train(resume_from_checkpoint=True)
     assert again.collapse_monitor.rollback["checkpoint_step"] == rolled.collapse_monitor.rollback["checkpoint_step"]
+
+
+# -------------------------------------------------------------------------------------- telling learning from hacking
+def test_audit_disagreement_by_hand():
+    from trl_grpo_ext.core.hack_detection import audit_disagreement
+
+    # two groups of 3; group means 1/3 and 0.5 (NaN row left out of its group's mean and never favoured)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, math.nan, 0.0])
+    audits = torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    flags, rate = audit_disagreement(rewards=rewards, audits=audits, group_size=3, threshold=0.5)
+    # favoured: rows 0 and 3; row 0 fails the first audit, row 3 passes both
+    assert flags.tolist() == [True, False, False, False, False, False] and rate == 0.5
+    flags, rate = audit_disagreement(rewards=torch.zeros(4), audits=torch.zeros(4, 1), group_size=2, threshold=0.5)
+    assert not flags.any() and math.isnan(rate)  # nothing favoured: no rate (the detector skips NaN)
+    nan_audit = audit_disagreement(rewards=torch.tensor([1.0, 0.0]), audits=torch.tensor([[math.nan], [0.0]]),
+                                   group_size=2, threshold=0.5)  # fmt: skip
+    assert nan_audit[1] == 0.0  # an unscored audit does not fail a completion
+    with pytest.raises(ValueError, match="do not split into groups of 4"):
+        audit_disagreement(rewards=torch.zeros(6), audits=torch.zeros(6, 1), group_size=4, threshold=0.5)
+    with pytest.raises(ValueError, match=r"audits \(N, A\)"):
+        audit_disagreement(rewards=torch.zeros(4), audits=torch.zeros(4), group_size=2, threshold=0.5)
+
+
+def test_the_length_gate_spares_lengthening_that_says_more_about_the_prompt():
+    """Length alarms only while prompt information has not risen above (1 + slack) x its value at length's best
+    point: the same length series alarms beside a flat prompt information and not beside a rising one."""
+    steps = torch.arange(1, 7)
+    length = (steps, torch.tensor([4.0, 4.0, 4.2, 4.6, 5.0, 5.4]))  # +10% at step 4 (best at step 2)
+    flat = (steps, torch.tensor([2.0, 2.0, 2.0, 2.0, 2.0, 2.0]))
+    rising = (steps, torch.tensor([2.0, 2.0, 2.1, 2.3, 2.5, 2.7]))
+    gated = {"length": DriftRule(1, 0.1, True, gate="prompt_info", gate_direction=1, slack=0.05)}
+    assert drift_alarm({"length": length, "prompt_info": flat}, gated, window=1, warmup=1).step == 4
+    assert drift_alarm({"length": length, "prompt_info": rising}, gated, window=1, warmup=1) is None
+    # within the slack: 2.0 -> 2.1 at step 4 is +5%, still open
+    slight = (steps, torch.tensor([2.0, 2.0, 2.05, 2.1, 2.5, 2.7]))
+    assert drift_alarm({"length": length, "prompt_info": slight}, gated, window=1, warmup=1).step == 4
+    assert drift_alarm({"length": length}, gated, window=1, warmup=1) is None  # no gate measured yet: waits
+    # the validation gate points the other way: gold's fall counts only while the training reward has not fallen
+    gold = (torch.tensor([2, 4, 6]), torch.tensor([0.5, 0.5, 0.3]))  # -40% at step 6
+    rules = {"validation": DriftRule(-1, 0.2, True, gate="reward", gate_direction=-1)}
+    rising_reward = (steps, torch.tensor([1.0, 1.0, 1.1, 1.2, 1.3, 1.4]))
+    falling_reward = (steps, torch.tensor([1.0, 1.0, 1.0, 1.0, 0.9, 0.8]))
+    assert drift_alarm({"validation": gold, "reward": rising_reward}, rules, window=1, warmup=1).step == 6
+    assert drift_alarm({"validation": gold, "reward": falling_reward}, rules, window=1, warmup=1) is None
+
+
+def test_the_detector_measures_its_gates_and_keeps_them_in_its_state():
+    detector = HackDetector({"length": 0.1}, window=1, warmup=1, gates={"length": 0.05})
+    assert set(detector.series) == {"length", "prompt_info"}  # the gate is measured without a threshold of its own
+    for step, (length, info) in enumerate([(4.0, 2.0), (4.0, 2.0), (4.6, 2.4)], start=1):
+        assert detector.observe(step, {"completions/mean_length": length, "diversity/prompt_info": info}) is None
+    assert detector.score() == 0.0  # length drifted 15% but its gate is closed
+    again = HackDetector({"length": 0.1}, window=1, warmup=1, gates={"length": 0.05})
+    again.load_state_dict(json.loads(json.dumps(detector.state_dict())))
+    assert again.series == detector.series
+    alarm = again.observe(4, {"completions/mean_length": 5.0, "diversity/prompt_info": 2.0})  # information back down
+    assert (alarm.step, alarm.signal) == (4, "length")
+    with pytest.raises(ValueError, match="'repetition' signal has no gate"):
+        HackDetector({"repetition": 0.1}, window=1, warmup=1, gates={"repetition": 0.0})
+    with pytest.raises(ValueError, match="gate's slack nan"):
+        HackDetector({"length": 0.1}, window=1, warmup=1, gates={"length": math.nan})
+
+
+def sevens_audit(completions, **kwargs) -> list[float]:
+    """The tiny runs' audit: refuses a completion that writes '7' (what fixed_text_reward pays for)."""
+    return [0.0 if "7" in testkit._text(c) else 1.0 for c in completions]
+
+
+AUDITED = dict(HACK, reward_weights=[1.0, 0.0], collapse_audit_rewards=["sevens_audit"])
+
+
+@pytest.mark.slow
+def test_audits_are_logged_never_trained_on_and_read_by_the_detector(make_trainer):
+    """An audit (weight 0) changes no advantage; audit/disagreement is the core function's value on the batch TRL
+    kept for its completions table; the detector reads its rise."""
+    from trl_grpo_ext.core.hack_detection import audit_disagreement
+
+    trainer = make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], **AUDITED)
+    trainer.train()
+    logs = last_logs(trainer)
+    assert all("audit/flagged_frac" in h for h in logs) and len(logs) == HACK["max_steps"]
+    rewards = torch.tensor(list(trainer._logs["rewards"]["fixed_text_reward"]))
+    audit = torch.tensor(list(trainer._logs["rewards"]["sevens_audit"]))
+    flags, rate = audit_disagreement(rewards=rewards, audits=audit[:, None], group_size=4, threshold=0.5)
+    assert logs[-1]["audit/flagged_frac"] == pytest.approx(flags.float().mean().item())
+    # the rate is logged where something was favoured (NaN otherwise: skipped), and is what the detector read
+    assert logs[-1].get("audit/disagreement", math.nan) == pytest.approx(rate, nan_ok=True)
+    steps, values = trainer.collapse_monitor.detector.series["audit"]
+    logged = {h["step"]: h["audit/disagreement"] for h in logs if "audit/disagreement" in h}
+    assert steps == sorted(logged) and values == pytest.approx([logged[s] for s in steps]) and steps
+
+    # the audit is not trained on: an audit of other values leaves every advantage as it was
+    def sevens_audit_inverted(completions, **kwargs) -> list[float]:
+        return [1.0 - v for v in sevens_audit(completions)]
+
+    runs = []
+    for audit in (sevens_audit, sevens_audit_inverted):
+        run = make_trainer(reward_funcs=[fixed_text_reward, audit], **{**AUDITED, "max_steps": 3,
+                           "collapse_audit_rewards": [audit.__name__]})  # fmt: skip
+        run.train()
+        runs.append(run)
+    assert list(runs[0]._logs["rewards"]["sevens_audit"]) != list(runs[1]._logs["rewards"]["sevens_audit_inverted"])
+    assert list(runs[0]._logs["advantages"]) == list(runs[1]._logs["advantages"])
+
+
+def test_a_misnamed_or_trained_on_audit_is_refused(make_trainer):
+    with pytest.raises(ValueError, match="names 'strict', which is not a reward function.*sevens_audit"):
+        make_trainer(
+            reward_funcs=[fixed_text_reward, sevens_audit], **{**AUDITED, "collapse_audit_rewards": ["strict"]}
+        )
+    with pytest.raises(ValueError, match=r"audit 'sevens_audit' is trained on.*reward_weights=\[1.0, 0.0\]"):
+        make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], **{**AUDITED, "reward_weights": [1.0, 1.0]})
+
+
+@pytest.mark.slow
+def test_screen_zeroes_the_advantages_of_flagged_completions_after_the_alarm(make_trainer):
+    """collapse_action='screen': from the alarm on, every training batch's rows the audit flags train with advantage 0
+    (and show 0 in TRL's table); the others keep theirs; training goes on."""
+    trainer = make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], collapse_action="screen",
+                           **{**AUDITED, "collapse_audit_rise": 0.05})  # fmt: skip
+    seen = []
+    original = trainer._screen
+
+    def watched(batch):
+        before = batch.output["advantages"].clone()
+        original(batch)
+        monitor = trainer.collapse_monitor
+        if monitor.screening and batch.mode == "train":
+            seen.append((before, batch.output["advantages"].clone(), monitor.last_flags.clone()))
+
+    trainer._screen = watched
+    trainer.train()
+    event = trainer.collapse_monitor.event
+    assert event is not None and trainer.state.global_step == HACK["max_steps"]  # screening does not stop training
+    assert seen, "no batch was screened after the alarm"
+    flagged_any = False
+    for before, after, flags in seen:
+        assert torch.equal(after[flags], torch.zeros_like(after[flags]))
+        assert torch.equal(after[~flags], before[~flags])
+        flagged_any |= bool(flags.any())
+    assert flagged_any
+    screened = [h["audit/screened"] for h in last_logs(trainer) if "audit/screened" in h]
+    assert screened and all(h["step"] > event.step for h in last_logs(trainer) if "audit/screened" in h)
+    table = torch.tensor(list(trainer._logs["advantages"]))
+    assert torch.equal(table[seen[-1][2]], torch.zeros(int(seen[-1][2].sum())))
+
+
+@pytest.mark.slow
+def test_plain_trl_logs_the_same_audit_disagreement(make_trainer):
+    """The plain-TRL monitor reads the rewards TRL keeps for its completions table: the same values as the plugin's."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    settings = {**AUDITED, "max_steps": 4}
+    plugin = make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], **settings)
+    plugin.train()
+    trl_fields = {k: v for k, v in settings.items() if not k.startswith(("collapse_", "diversity_"))}
+    plain = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, reward_funcs=[fixed_text_reward, sevens_audit],
+                         **trl_fields)  # fmt: skip
+    plain.add_callback(CollapseMonitor(plain, metrics=["repetition"], audit_rewards=["sevens_audit"]))
+    plain.train()
+    for key in ("audit/flagged_frac", "audit/disagreement"):
+        ours = [h.get(key) for h in last_logs(plugin)]
+        theirs = [h.get(key) for h in last_logs(plain)]
+        assert len(ours) == 4 and theirs == pytest.approx(ours), key
+    assert any(h.get("audit/disagreement") is not None for h in last_logs(plain))
+    with pytest.raises(ValueError, match="alarm_action='screen' needs GRPOExtTrainer"):
+        CollapseMonitor(plain, metrics=["repetition"], audit_rewards=["sevens_audit"], alarm_action="screen",
+                        detector=HackDetector({"audit": 0.2}, window=2, warmup=2))  # fmt: skip
+
+
+def test_validation_gold_alarms_when_it_falls_while_the_reward_rises():
+    """The monitor feeds the eval metric to the detector at each evaluation (gated by the training reward)."""
+    from types import SimpleNamespace
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    def monitor():
+        detector = HackDetector({"validation": 0.2}, window=1, warmup=1, gates={"validation": 0.0})
+        return CollapseMonitor(_stub_trainer(), metrics=["repetition"], detector=detector,
+                               validation_metric="rewards/strict/mean")  # fmt: skip
+
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    for rewards, fires in (([1.0, 1.2, 1.4], True), ([1.0, 0.9, 0.8], False)):
+        watched = monitor()
+        for step, (reward, gold) in enumerate(zip(rewards, [0.6, 0.6, 0.4], strict=True), start=1):
+            watched.detector.observe(step, {"reward": reward})
+            state = SimpleNamespace(global_step=step)
+            watched.on_evaluate(None, state, control, metrics={"eval_rewards/strict/mean": gold, "eval_loss": 0.0})
+        assert (watched.event is not None) == fires
+        if fires:
+            assert (watched.event.step, watched.event.onset, watched.event.source) == (3, 2, "detector")
+    with pytest.raises(ValueError, match="lacks.*'validation'"):
+        CollapseMonitor(_stub_trainer(), metrics=["repetition"], validation_metric="rewards/strict/mean",
+                        detector=HackDetector({"length": 0.1}, window=1, warmup=1))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_validation_gold_picks_the_checkpoint_train_ends_on(make_trainer, train_dataset):
+    """A weight-0 strict reward is computed at evaluation (eval_rewards/<name>/mean), the detector reads it, and
+    metric_for_best_model on it makes train() end on the best checkpoint by held-out gold."""
+    from safetensors.torch import load_file
+
+    def strict(completions, answer, **kwargs) -> list[float]:
+        return testkit.exact_match_reward(completions, answer)
+
+    trainer = make_trainer(
+        reward_funcs=[fixed_text_reward, strict], trainer_kwargs={"eval_dataset": train_dataset.select(range(8))},
+        **{**HACK, "max_steps": 8}, reward_weights=[1.0, 0.0], collapse_validation_metric="rewards/strict/mean",
+        eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2, load_best_model_at_end=True,
+        metric_for_best_model="rewards/strict/mean", greater_is_better=True, per_device_eval_batch_size=8,
+    )  # fmt: skip
+    trainer.train()
+    evals = {
+        h["step"]: h["eval_rewards/strict/mean"] for h in trainer.state.log_history if "eval_rewards/strict/mean" in h
+    }
+    assert sorted(evals) == [2, 4, 6, 8]
+    steps, values = trainer.collapse_monitor.detector.series["validation"]
+    assert steps == [2, 4, 6, 8] and values == pytest.approx([evals[s] for s in steps])
+    best = max(evals.values())
+    assert trainer.state.best_metric == pytest.approx(best)
+    assert evals[int(trainer.state.best_model_checkpoint.rsplit("-", 1)[1])] == pytest.approx(best)
+    saved = load_file(os.path.join(trainer.state.best_model_checkpoint, "model.safetensors"))
+    live = trainer.model.state_dict()
+    assert all(torch.equal(live[name], tensor) for name, tensor in saved.items())

@@ -40,6 +40,7 @@ from transformers import TrainerCallback
 from .adapter.plain import PlainTRLSource
 from .checkpoints import rollback_refusal, rollback_target
 from .core.diversity import batch_diversity, prompt_information, repetition_rates
+from .core.hack_detection import audit_disagreement
 from .core.state import state_number
 from .detector import CollapseEvent, HackDetector
 from .names import ALARM_ACTIONS, DIVERSITY_METRICS
@@ -54,10 +55,17 @@ ROLLBACK_FILE = "collapse_rollback.json"
 MONITOR_STATE_FILE = "collapse_monitor.json"
 
 
-def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4), *, detector: bool = True) -> tuple[str, ...]:
+#: What the audits add (with ``collapse_audit_rewards``): the disagreement rate, the flagged fraction, and the
+#: completions screened (``collapse_action="screen"``).
+AUDIT_KEYS = ("audit/disagreement", "audit/flagged_frac", "audit/screened")
+
+
+def monitor_metric_keys(
+    metrics=METRICS, ngram_sizes=(1, 2, 3, 4), *, detector: bool = True, audits: bool = True
+) -> tuple[str, ...]:
     """Every key :class:`CollapseMonitor` logs with these ``metrics`` and ``ngram_sizes`` (training batches; the
-    evaluation batches' diversity keys are the same under ``eval_``), with the hack detector's if ``detector``: the
-    one list dashboards and plots read."""
+    evaluation batches' diversity keys are the same under ``eval_``), with the hack detector's if ``detector`` and the
+    audits' if ``audits``: the one list dashboards and plots read."""
     keys = []
     if "distinct" in metrics:
         keys += [f"diversity/distinct_{n}" for n in ngram_sizes]
@@ -72,7 +80,12 @@ def monitor_metric_keys(metrics=METRICS, ngram_sizes=(1, 2, 3, 4), *, detector: 
         keys.append("diversity/prompt_info")
     if "entropy" in metrics:
         keys += ["entropy/mean", "entropy/p10", "entropy/p50", "entropy/p90", "entropy/low_frac"]
-    return (*keys, "alarm/collapse", *(("alarm/hack", "alarm/hack_score") if detector else ()))
+    return (
+        *keys,
+        "alarm/collapse",
+        *(("alarm/hack", "alarm/hack_score") if detector else ()),
+        *(AUDIT_KEYS if audits else ()),
+    )
 
 
 class ExtClock:
@@ -187,6 +200,13 @@ class CollapseMonitor(TrainerCallback):
             save ``checkpoint-0`` at the start, as ``alarm_action="rollback"`` does.
         every: measure the n-gram metrics and the entropy percentiles at steps 1, 1 + every, 1 + 2 * every, ...
             only (``diversity_every``); the entropy mean and low fraction, and evaluation batches, every time.
+        audit_rewards: names of reward functions of the trainer that are audits (weight 0 in ``reward_weights``:
+            logged, never trained on); every training batch logs ``audit/disagreement`` and ``audit/flagged_frac``
+            (:func:`~trl_grpo_ext.core.hack_detection.audit_disagreement`), which the detector's ``"audit"`` signal
+            reads.
+        audit_threshold: an audit score below it fails a completion.
+        validation_metric: an evaluation metric of held-out gold (``"rewards/strict/mean"``; the ``eval_`` prefix
+            optional) fed to the detector's ``"validation"`` signal at each evaluation (``validation/gold``).
     """
 
     def __init__(
@@ -205,6 +225,9 @@ class CollapseMonitor(TrainerCallback):
         detector: HackDetector | None = None,
         on_alarm: Callable[[CollapseEvent], str | None] | None = None,
         every: int = 1,
+        audit_rewards: Sequence[str] = (),
+        audit_threshold: float = 0.5,
+        validation_metric: str | None = None,
     ):
         unknown = set(metrics) - set(METRICS)
         if unknown:
@@ -231,10 +254,40 @@ class CollapseMonitor(TrainerCallback):
             refusal = rollback_refusal(trainer.args.save_strategy, trainer.args.save_total_limit)
             if refusal is not None:
                 raise ValueError(f"CollapseMonitor: alarm_action='rollback', but {refusal[0]}. Fix: {refusal[1]}.")
+        fed = getattr(trainer, "feeds_collapse_monitor", False)
+        if alarm_action == "screen" and not fed:
+            raise ValueError(
+                "CollapseMonitor: alarm_action='screen' needs GRPOExtTrainer (a plain GRPOTrainer has no hook through "
+                "which the monitor may change advantages). Fix: use GRPOExtTrainer with collapse_action='screen', or "
+                "another action."
+            )
+        if alarm_action == "screen" and not audit_rewards:
+            raise ValueError("CollapseMonitor: alarm_action='screen' needs audit_rewards (the audits that flag).")
         # the Host of a GRPOExtTrainer feeds the monitor (observe_generation, record_entropy); a plain GRPOTrainer is
         # read through its adapter
-        self.source = trainer if getattr(trainer, "feeds_collapse_monitor", False) else PlainTRLSource(trainer)
+        self.source = trainer if fed else PlainTRLSource(trainer)
         self.fed_by_trainer = self.source.feeds_collapse_monitor
+        self.audit_rewards = tuple(audit_rewards)
+        self.audit_threshold = float(audit_threshold)
+        if validation_metric is not None and (detector is None or "validation" not in detector.rules):
+            raise ValueError(
+                "CollapseMonitor: validation_metric is read by the detector's 'validation' signal, which this detector "
+                "lacks. Fix: HackDetector({..., 'validation': 0.2}, gates={'validation': 0.0}, ...)."
+            )
+        self.validation_key = (
+            None
+            if validation_metric is None
+            else validation_metric
+            if validation_metric.startswith("eval_")
+            else f"eval_{validation_metric}"
+        )
+        self._alarm_to_log = False
+        if self.audit_rewards:
+            self._audit_columns()  # the names and weights checked now, not at the first batch
+        #: screening (``alarm_action="screen"``) is on: GRPOExtTrainer zeroes the advantages of ``last_flags``' rows
+        self.screening = False
+        self.last_flags: torch.Tensor | None = None
+        self._audit_stats: list[tuple[float, float]] = []
         self.metrics = tuple(metrics)
         self.ngram_sizes = tuple(ngram_sizes)
         self.repetition_n = repetition_n
@@ -298,6 +351,60 @@ class CollapseMonitor(TrainerCallback):
             for key, value in self.diversity_metrics(ids, mask, group_size=group_size, repetition=rates).items():
                 if math.isfinite(value):
                     self._log("eval", key, value)
+
+    def _audit_columns(self) -> list[int]:
+        """The columns of ``rewards_per_func`` that are audits; a name that is not a reward function of the trainer,
+        or an audit the trainer trains on (weight not 0), is refused with the fix."""
+        names, weights = list(self.source.reward_func_names), list(self.source.reward_weights)
+        columns = []
+        for name in self.audit_rewards:
+            if name not in names:
+                raise ValueError(
+                    f"collapse_audit_rewards names {name!r}, which is not a reward function of this trainer "
+                    f"(reward_func_names: {names}). Fix: pass the audit in reward_funcs (TRL names a function by its "
+                    "__name__, a model by its name_or_path) and name it as TRL does."
+                )
+            index = names.index(name)
+            if weights[index] != 0:
+                fixed = [0.0 if i == index else w for i, w in enumerate(weights)]
+                raise ValueError(
+                    f"The audit {name!r} is trained on (reward_weights[{index}] = {weights[index]:g}); an audit is "
+                    f"computed and logged, never trained on. Fix: reward_weights={fixed}."
+                )
+            columns.append(index)
+        return columns
+
+    def observe_rewards(
+        self, rewards: torch.Tensor, rewards_per_func: torch.Tensor, group_size: int, mode: str
+    ) -> torch.Tensor | None:
+        """One scored generation batch of all processes: ``rewards`` (N,) the training reward, ``rewards_per_func``
+        (N, F) every function's. Returns the rows the audits flag (N,) bool (None without audits); training batches'
+        rates are logged at the step's end (and read by the detector), evaluation batches' now (``eval_audit/*``)."""
+        if not self.audit_rewards:
+            return None
+        audits = rewards_per_func[:, self._audit_columns()].detach().float().cpu()  # (N, A)
+        flags, rate = audit_disagreement(
+            rewards=rewards.detach().float().cpu(), audits=audits, group_size=group_size, threshold=self.audit_threshold
+        )
+        flagged = float(flags.float().mean()) if flags.numel() else 0.0
+        if mode == "train":
+            self._audit_stats.append((rate, flagged))
+            self.last_flags = flags
+        else:
+            if math.isfinite(rate):
+                self._log("eval", "audit/disagreement", rate)
+            self._log("eval", "audit/flagged_frac", flagged)
+        return flags
+
+    def _audit_metrics(self) -> dict[str, float]:
+        stats, self._audit_stats = self._audit_stats, []
+        if not stats:
+            return {}
+        out = {"audit/flagged_frac": statistics.fmean(f for _, f in stats)}
+        rates = [r for r, _ in stats if math.isfinite(r)]
+        if rates:
+            out["audit/disagreement"] = statistics.fmean(rates)
+        return out
 
     def record_entropy(self, values: torch.Tensor) -> None:
         """Per-token entropies (1-D, valid tokens only) of one training forward pass."""
@@ -364,11 +471,26 @@ class CollapseMonitor(TrainerCallback):
                 self._roll_back(args, state)
         return control
 
-    def on_evaluate(self, args, state, control, **kwargs):
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         # TRL's completions table now ends with evaluation completions: mark them seen so that the next training step
         # (which may reuse its generation batch and log no new completions) does not measure them as training data.
         if not self.fed_by_trainer:
             self.source.mark_completions_seen()
+        if self.validation_key is not None and self.detector is not None:
+            value = (metrics or {}).get(self.validation_key)
+            if value is None:
+                logger.warning(
+                    "Validation gold: evaluation at step %d logged no %r (its keys: %s); nothing measured.",
+                    state.global_step, self.validation_key, sorted(metrics or {}),
+                )  # fmt: skip
+                return control
+            with _clock(self.source):
+                alarm = self.detector.observe(state.global_step, {"validation/gold": float(value)})
+                if alarm is not None:
+                    self._alarm_to_log = True  # this step's training metrics are logged already: the next step's
+                    why = f"{alarm.signal} drifted {alarm.drift:.3f} from its best point (step {alarm.onset})"
+                    self._act(CollapseEvent(step=state.global_step, onset=alarm.onset, source="detector",
+                                            reasons=[why]), control)  # fmt: skip
         return control
 
     def diversity_metrics(
@@ -426,14 +548,16 @@ class CollapseMonitor(TrainerCallback):
     def _detect(self, values: dict[str, float], step: int) -> CollapseEvent | None:
         """Feed the detector this step's measurements; log ``alarm/hack`` and ``alarm/hack_score``."""
         inputs = dict(values)
-        lengths = self._new_metric_values("completions/mean_length")
-        if lengths:
-            inputs["completions/mean_length"] = statistics.fmean(lengths)
+        for key in ("completions/mean_length", "reward"):  # TRL's own metrics (reward: the validation signal's gate)
+            logged = self._new_metric_values(key)
+            if logged:
+                inputs[key] = statistics.fmean(logged)
         alarm = self.detector.observe(step, inputs)
         score = self.detector.score()
         if score is not None:
             values["alarm/hack_score"] = score
-        values["alarm/hack"] = 1.0 if alarm is not None else 0.0
+        values["alarm/hack"] = 1.0 if alarm is not None or self._alarm_to_log else 0.0
+        self._alarm_to_log = False
         if alarm is None:
             return None
         why = f"{alarm.signal} drifted {alarm.drift:.3f} from its best point (step {alarm.onset})"
@@ -471,6 +595,10 @@ class CollapseMonitor(TrainerCallback):
                     "Step %d: a rollback was chosen but cannot be made: %s. Stopping instead.", event.step, why
                 )
                 action = "stop"
+        if action == "screen" and not (self.fed_by_trainer and self.audit_rewards):
+            why = "no audit rewards are named" if not self.audit_rewards else "a plain GRPOTrainer cannot screen"
+            logger.error("Step %d: screening was chosen but cannot be made (%s); warning only.", event.step, why)
+            action = "warn"
         return action
 
     def _act(self, event: CollapseEvent, control) -> None:
@@ -485,6 +613,12 @@ class CollapseMonitor(TrainerCallback):
         elif action == "stop":
             control.should_save = True
             control.should_training_stop = True
+        elif action == "screen":
+            if not self.screening:
+                logger.warning(
+                    "Screening from step %d: the completions an audit flags train with advantage 0.", event.step + 1
+                )
+            self.screening = True
         elif action == "rollback":
             # the state at the alarm is saved too (with the alarm in its monitor state, so resuming from it raises the
             # alarm again instead of training on silently from the hacked weights)
@@ -590,6 +724,8 @@ class CollapseMonitor(TrainerCallback):
             state["detector"] = self.detector.state_dict()
         state["saved_steps"] = sorted(self.saved_steps)
         state["calm_step"] = self._calm_step
+        if self.screening:
+            state["screening"] = True
         if self.event is not None:
             state["event"] = vars(self.event).copy()
         return state
@@ -605,6 +741,10 @@ class CollapseMonitor(TrainerCallback):
             raise ValueError(f"collapse monitor state: 'saved_steps' must be a list of steps, got {steps!r}.")
         self.saved_steps |= set(steps)
         self._calm_step = int(state_number(state, "calm_step", low=0.0, optional=True, integer=True) or 0)
+        screening = state.get("screening", False)
+        if not isinstance(screening, bool):
+            raise ValueError(f"collapse monitor state: 'screening' must be true or false, got {screening!r}.")
+        self.screening = screening
         event = state.get("event")
         if event is not None:
             try:
@@ -623,11 +763,20 @@ class CollapseMonitor(TrainerCallback):
             self._pending = []
             values.update({key: statistics.fmean(batch[key] for batch in batches) for key in batches[0]})
         measured = self._step_is_measured(state.global_step - 1)
-        diversity = set(self.metrics) - {"entropy"} and not self.fed_by_trainer and measured
-        batch = self.source.completion_batch() if diversity else None
+        diversity = bool(set(self.metrics) - {"entropy"}) and not self.fed_by_trainer and measured
+        plain_audits = bool(self.audit_rewards) and not self.fed_by_trainer
+        batch = self.source.completion_batch() if diversity or plain_audits else None
         if batch is not None:
             ids, mask, group_size = batch
-            values.update(self.diversity_metrics(ids, mask, group_size=group_size))
+            if diversity:
+                values.update(self.diversity_metrics(ids, mask, group_size=group_size))
+            if plain_audits:  # the rewards TRL keeps for its completions table, rows aligned with the completions
+                per_func = self.source.reward_batch()
+                if per_func is not None:
+                    weights = torch.tensor(self.source.reward_weights, dtype=per_func.dtype)
+                    rewards = (per_func * weights).nansum(dim=1).masked_fill(per_func.isnan().all(dim=1), math.nan)
+                    self.observe_rewards(rewards, per_func, group_size, "train")
+        values.update(self._audit_metrics())
         if "entropy" in self.metrics:
             values.update(self._entropy_metrics(percentiles=measured))
         event = self._detect(values, state.global_step) if self.detector is not None else None

@@ -17,18 +17,35 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .core.hack_detection import DriftAlarm, DriftRule, drift_alarm, drift_from_best
+from .core.hack_detection import DriftAlarm, DriftRule, drift_alarm, drift_from_best, gate_open
 
 #: signal -> (the metric it reads, its direction: +1 if a hack raises it, -1 if a hack lowers it, relative drift?)
 SIGNALS: dict[str, tuple[str, int, bool]] = {
     "length": ("completions/mean_length", 1, True),
     "prompt_info": ("diversity/prompt_info", -1, True),
     "repetition": ("diversity/repetition", 1, False),
+    "audit": ("audit/disagreement", 1, False),
+    # held-out gold (``collapse_validation_metric``, measured at each evaluation; the monitor feeds it under this key)
+    "validation": ("validation/gold", -1, True),
+    # TRL's training reward: read as the validation signal's gate (it has no threshold of its own)
+    "reward": ("reward", 1, True),
 }
-#: The largest drift each signal can reach (None: unbounded): a repetition rate is a fraction (an absolute rise of at
-#: most 1), and prompt information, never negative, can fall by at most all of it (a relative fall of at most 1). A
-#: threshold above it would never alarm.
-REACHABLE: dict[str, float | None] = {"length": None, "prompt_info": 1.0, "repetition": 1.0}
+#: The largest drift each signal can reach (None: unbounded): a repetition rate and the audit disagreement are
+#: fractions (an absolute rise of at most 1), and prompt information, never negative, can fall by at most all of it (a
+#: relative fall of at most 1). A threshold above it would never alarm.
+REACHABLE: dict[str, float | None] = {
+    "length": None,
+    "prompt_info": 1.0,
+    "repetition": 1.0,
+    "audit": 1.0,
+    "validation": None,  # the relative fall of a score that may be negative is unbounded
+    "reward": None,
+}
+#: The gated signals: signal -> (its gate, the direction the gate must not have moved in since the signal's best
+#: point; :class:`~trl_grpo_ext.core.hack_detection.DriftRule`). Length is read only while prompt information has not
+#: risen (healthy lengthening says more about the prompt), held-out gold only while the training reward has not fallen
+#: (a hack raises the reward it games).
+GATES: dict[str, tuple[str, int]] = {"length": ("prompt_info", 1), "validation": ("reward", -1)}
 
 
 def check_detector_settings(*, window, warmup, onset_fraction) -> None:
@@ -44,12 +61,13 @@ def check_detector_settings(*, window, warmup, onset_fraction) -> None:
         )
 
 
-def drift_rules(thresholds: Mapping[str, float]) -> dict[str, DriftRule]:
+def drift_rules(thresholds: Mapping[str, float], gates: Mapping[str, float] | None = None) -> dict[str, DriftRule]:
     """signal name (:data:`SIGNALS`) -> threshold, as the rules :func:`~trl_grpo_ext.core.hack_detection.drift_alarm`
     reads (each signal's direction and relative / absolute drift from :data:`SIGNALS`). A threshold must be a finite
     number > 0 that the signal can reach (:data:`REACHABLE`): NaN compares false with every drift and would never
-    alarm."""
-    unknown = sorted(set(thresholds) - set(SIGNALS))
+    alarm. ``gates``: gated signal -> its gate's slack (:data:`GATES`), e.g. ``{"length": 0.05}``."""
+    gates = dict(gates or {})
+    unknown = sorted((set(thresholds) | set(gates)) - set(SIGNALS))
     if unknown:
         raise ValueError(f"Unknown detector signal(s) {unknown}; choose from {sorted(SIGNALS)}.")
     if not thresholds:
@@ -65,10 +83,21 @@ def drift_rules(thresholds: Mapping[str, float]) -> dict[str, DriftRule]:
                 f"HackDetector: the {name!r} threshold {value!r} can never be reached (its drift is at most "
                 f"{reachable:g}); use a value in (0, {reachable:g}]."
             )
-    return {
-        name: DriftRule(direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2])
-        for name, value in thresholds.items()
-    }
+    for name, slack in gates.items():
+        if name not in GATES:
+            raise ValueError(f"HackDetector: the {name!r} signal has no gate; gated signals: {sorted(GATES)}.")
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not math.isfinite(slack) or slack < 0:
+            raise ValueError(
+                f"HackDetector: the {name!r} gate's slack {slack!r} must be a finite number >= 0, e.g. 0.05."
+            )
+    rules = {}
+    for name, value in thresholds.items():
+        gate, gate_direction = GATES[name] if name in gates else (None, 1)
+        rules[name] = DriftRule(
+            direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2], gate=gate,
+            gate_direction=gate_direction, slack=float(gates.get(name, 0.0)),
+        )  # fmt: skip
+    return rules
 
 
 class HackDetector:
@@ -81,21 +110,35 @@ class HackDetector:
         warmup: measurements before a best point is tracked.
         onset_fraction: the onset is the last measurement before the alarm within this fraction of the threshold
             (0: the signal's best point).
+        gates: gated signal -> slack (:data:`GATES`): ``{"length": 0.05}`` reads length only while prompt
+            information is at most 5% above its value at length's lowest point; ``{"validation": 0.0}`` reads
+            held-out gold only while the training reward has not fallen. A gate signal is measured even without a
+            threshold of its own.
     """
 
-    def __init__(self, thresholds: Mapping[str, float], *, window: int, warmup: int, onset_fraction: float = 0.0):
+    def __init__(
+        self,
+        thresholds: Mapping[str, float],
+        *,
+        window: int,
+        warmup: int,
+        onset_fraction: float = 0.0,
+        gates: Mapping[str, float] | None = None,
+    ):
         check_detector_settings(window=window, warmup=warmup, onset_fraction=onset_fraction)
-        self.rules = drift_rules(thresholds)
+        self.rules = drift_rules(thresholds, gates)
         self.window = window
         self.warmup = warmup
         self.onset_fraction = onset_fraction
-        self.series: dict[str, tuple[list[int], list[float]]] = {name: ([], []) for name in self.rules}
+        read = list(self.rules) + [r.gate for r in self.rules.values() if r.gate and r.gate not in self.rules]
+        #: every signal read: those with a threshold and the gates
+        self.series: dict[str, tuple[list[int], list[float]]] = {name: ([], []) for name in read}
         self.alarm: DriftAlarm | None = None
 
     def observe(self, step: int, values: Mapping[str, float]) -> DriftAlarm | None:
         """Add this step's measurements (metric key -> value; keys the detector does not read, and non-finite values,
         are skipped) and return the alarm when it fires now (once per run)."""
-        for name in self.rules:
+        for name in self.series:
             value = values.get(SIGNALS[name][0])
             if value is None or not math.isfinite(value):
                 continue
@@ -112,16 +155,25 @@ class HackDetector:
         return self.alarm
 
     def score(self) -> float | None:
-        """The largest drift over its threshold among the signals at their newest measurement (1.0 alarms); None
-        before any signal has one."""
+        """The largest drift over its threshold among the signals at their newest measurement (1.0 alarms), a gated
+        signal counted only while its gate is open; None before any signal has one."""
         scores = []
-        for name, (steps, values) in self.tensors().items():
-            if not steps.numel():
+        series = self.tensors()
+        for name, (steps, values) in series.items():
+            if not steps.numel() or name not in self.rules:
                 continue
             rule = self.rules[name]
-            drift, _ = drift_from_best(
+            drift, best = drift_from_best(
                 values, direction=rule.direction, window=self.window, warmup=self.warmup, relative=rule.relative
             )
+            if rule.gate is not None:
+                is_open = gate_open(
+                    steps, best, series.get(rule.gate), window=self.window, slack=rule.slack,
+                    direction=rule.gate_direction,
+                )  # fmt: skip
+                if not bool(is_open[-1]):
+                    scores.append(0.0)
+                    continue
             scores.append(float(drift[-1]) / rule.threshold)
         return max(scores) if scores else None
 
@@ -141,7 +193,7 @@ class HackDetector:
         series = state.get("series", {})
         if not isinstance(series, Mapping):
             raise ValueError(f"detector state: 'series' must be a mapping, got {type(series).__name__}.")
-        for name in self.rules:
+        for name in self.series:
             steps, values = series.get(name, [[], []])
             if len(steps) != len(values) or not all(math.isfinite(float(v)) for v in values):
                 raise ValueError(f"detector state: series {name!r} is damaged (lengths or non-finite values).")
@@ -155,6 +207,8 @@ THRESHOLD_FIELDS = {
     "length": "collapse_length_rise",
     "prompt_info": "collapse_prompt_info_drop",
     "repetition": "collapse_repetition_rise",
+    "audit": "collapse_audit_rise",
+    "validation": "collapse_validation_drop",
 }
 
 
@@ -167,12 +221,18 @@ def detector_from_config(args) -> HackDetector | None:
         name: getattr(args, field_name)
         for name, field_name in THRESHOLD_FIELDS.items()
         if getattr(args, field_name) is not None
+        and (name != "audit" or args.collapse_audit_rewards)
+        and (name != "validation" or args.collapse_validation_metric)
     }
+    gates = {"validation": 0.0} if "validation" in thresholds else {}
+    if args.collapse_length_info_gate is not None and "length" in thresholds:
+        gates["length"] = args.collapse_length_info_gate
     return HackDetector(
         thresholds,
         window=args.collapse_detector_window,
         warmup=args.collapse_detector_warmup,
         onset_fraction=args.collapse_onset_fraction,
+        gates=gates,
     )
 
 
@@ -191,6 +251,7 @@ class CollapseEvent:
 
 
 __all__ = [
+    "GATES",
     "REACHABLE",
     "SIGNALS",
     "THRESHOLD_FIELDS",

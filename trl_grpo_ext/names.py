@@ -60,7 +60,7 @@ def pkpo_start_k(pkpo_k: int | None, num_generations: int) -> int:
 #: What ``diversity_metrics`` may list (``trl_grpo_ext.callbacks.CollapseMonitor``).
 DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "prompt_info", "entropy")
 #: What the collapse alarm may do (``collapse_action``).
-ALARM_ACTIONS = ("warn", "save", "stop", "rollback")
+ALARM_ACTIONS = ("warn", "save", "stop", "rollback", "screen")
 
 # Each registry is typed by its family's Protocol (trl_grpo_ext.families.interfaces): mypy checks a class at its
 # ``@REGISTRY.register(...)`` line; at run time the registry's ``check`` (the member contract) does.

@@ -413,9 +413,26 @@ class GRPOExtTrainer(TRLHooks):
                 self._apply_generation_update(batch, update)
                 if update.splice is not None:
                     splices.append(update.splice)
+        self._screen(batch)
         # after every member (the others saw TRL's own samples), each on rows no earlier splice took
         for splice in place_splices(splices, batch.output["completion_ids"].size(0)):
             self._apply_splice(batch, splice)
+
+    def _screen(self, batch: GenerationBatch) -> None:
+        """``collapse_action="screen"`` after its alarm: the rows of this training batch an audit flags (the collapse
+        monitor's ``last_flags``: favoured by the training reward, failed by an audit) train with advantage 0 (every
+        token of a token-level advantage). Rows a splice replaces next are new samples, not screened. Logs
+        ``audit/screened`` (rows of all processes)."""
+        monitor = self.collapse_monitor
+        if monitor is None or not monitor.screening or batch.mode != "train" or monitor.last_flags is None:
+            return
+        flags = monitor.last_flags  # (N,) every process's rows
+        local = flags[batch.process_slice].to(batch.output["advantages"].device)  # (B,)
+        advantages = batch.output["advantages"]
+        keep = (~local).to(advantages.dtype)
+        batch.output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
+        self.ext_host.zero_logged_advantages(flags)
+        self.ext_host.log("train", "audit/screened", float(flags.sum()))
 
     def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:
         """Write what a member returned into TRL's batch (the only place TRL's generation output is edited)."""

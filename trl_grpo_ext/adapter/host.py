@@ -60,6 +60,16 @@ class TrainerHost:
         return self._trainer.state.global_step
 
     @property
+    def reward_func_names(self) -> list[str]:
+        """TRL's name of each reward function, in ``reward_funcs`` order (the keys of ``rewards/<name>/mean``)."""
+        return list(self._trainer.reward_func_names)
+
+    @property
+    def reward_weights(self) -> list[float]:
+        """TRL's weight of each reward function (``reward_weights``; 1.0 each by default)."""
+        return self._trainer.reward_weights.tolist()
+
+    @property
     def max_steps(self) -> int:
         """The optimizer steps of this training run (0 before it starts)."""
         return self._trainer.state.max_steps
@@ -204,6 +214,17 @@ class TrainerHost:
         for _ in range(min(per_row.numel(), len(logged))):
             logged.pop()
         logged.extend(per_row.tolist())
+
+    def zero_logged_advantages(self, rows: torch.Tensor) -> None:
+        """The advantages TRL's completions table shows for this batch's ``rows`` ((N,) bool over every process's
+        rows, the table's newest N) set to 0 (screened completions train with advantage 0)."""
+        logged = self._trainer._logs["advantages"]
+        count = min(rows.numel(), len(logged))
+        flags = rows[-count:].tolist() if count else []
+        tail = [0.0 if flag else value for value, flag in zip(list(logged)[len(logged) - count :], flags, strict=True)]
+        for _ in range(count):
+            logged.pop()
+        logged.extend(tail)
 
     def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
         """As TRL 1.16's ``_calculate_rewards`` builds them (``compat.reward_kwargs``), plus ``completion_ids``."""

@@ -3,6 +3,8 @@ TRL buffers between logs, the completions table), in the adapter with the rest o
 
 from __future__ import annotations
 
+import torch
+
 from . import compat as trl_compat
 
 
@@ -46,6 +48,25 @@ class PlainTRLSource:
 
     def metric_values(self, mode: str, name: str) -> list:
         return trl_compat.metric_values(self.trainer, mode, name)
+
+    @property
+    def reward_func_names(self) -> list[str]:
+        return list(self.trainer.reward_func_names)
+
+    @property
+    def reward_weights(self) -> list[float]:
+        return self.trainer.reward_weights.tolist()
+
+    def reward_batch(self):
+        """(N, F) float64 rewards of the newest rows of TRL's completions table, every reward function's column in
+        ``reward_func_names`` order (NaN where one returned None): the batch :meth:`completion_batch` last returned.
+        None when a column is missing or their lengths differ."""
+        columns = self.trainer._logs["rewards"]
+        values = [list(columns.get(name, ())) for name in self.reward_func_names]
+        rows = len(self.trainer._logs["completion"])
+        if not values or any(len(v) != rows for v in values):
+            return None
+        return torch.tensor(values, dtype=torch.float64).T.contiguous()
 
     def save_checkpoint(self) -> None:
         trl_compat.save_checkpoint(self.trainer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,6 +59,32 @@ class MonitorConfig(ConfigSection):
         collapse_repetition_rise (`float`, *optional*, defaults to `0.03`):
             Detector: alarm when `diversity/repetition` rises this much (absolute) above its lowest point. `None`: not
             read.
+        collapse_length_info_gate (`float`, *optional*, defaults to `0.05`):
+            Detector: the length signal alarms only while `diversity/prompt_info` is at most (1 + this) x its value at
+            length's lowest point: completions that lengthen because the run learns (a scratchpad, whole answers
+            where truncated ones were) say more about their prompts, padding and keywords say less
+            (docs/monitoring.md). Needs `prompt_info` in `diversity_metrics`. `None`: length alarms alone.
+        collapse_audit_rewards (`list[str]`, *optional*, defaults to `[]`):
+            Audit rewards: names of reward functions (TRL's `reward_func_names`) that the trainer computes and logs
+            but does not train on (their `reward_weights` entry must be 0): a strict grader beside a lenient one, a
+            second reward model, a format check. The monitor logs `audit/disagreement`, the fraction of the
+            completions the training reward favours (above their group's mean) that an audit scores below
+            `collapse_audit_threshold`, and `audit/flagged_frac`; the detector reads its rise
+            (`collapse_audit_rise`) and `collapse_action="screen"` acts on it.
+        collapse_audit_threshold (`float`, *optional*, defaults to `0.5`):
+            An audit score below it fails a completion (0.5: a 0/1 grader's fail).
+        collapse_audit_rise (`float`, *optional*, defaults to `0.2`):
+            Detector: alarm when `audit/disagreement` rises this much (absolute) above its lowest point (with
+            `collapse_audit_rewards`). `None`: not read.
+        collapse_validation_metric (`str`, *optional*):
+            Validation gold: an evaluation metric the detector reads at every evaluation (`eval_strategy`, an
+            `eval_dataset` of held-out labelled prompts), e.g. `"rewards/strict/mean"`: the mean of a strict reward
+            function passed in `reward_funcs` with `reward_weights` 0 (TRL computes and logs it at evaluation; it can
+            be the audit too). Alarms when it falls `collapse_validation_drop` below its best value while the training
+            reward has not fallen since (a hack raises the reward it games). The same key in `metric_for_best_model`
+            with `load_best_model_at_end=True` makes `train()` end on the best checkpoint by it. `None`: off.
+        collapse_validation_drop (`float`, *optional*, defaults to `0.2`):
+            Detector: relative fall of `collapse_validation_metric` from its best value that alarms.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
             What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
             `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (a
@@ -67,7 +94,10 @@ class MonitorConfig(ConfigSection):
             damaged ones and ones without optimizer state are passed over; needs `save_strategy="steps"` and
             `save_total_limit=None`, and saves `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says
             what was restored and what was passed over). Resuming from a checkpoint saved after an alarm raises it
-            again at the first step. A callable `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
+            again at the first step. `"screen"` (with `collapse_audit_rewards`): from the alarm on, the completions an
+            audit flags (favoured by the training reward, failed by the audit) train with advantage 0, batch by batch
+            (`audit/screened`); training goes on. A callable `trainer.collapse_monitor.on_alarm(event)` may choose per
+            alarm.
         eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
             k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
             (`num_generations_eval` per prompt). Empty: off.
@@ -143,8 +173,31 @@ class MonitorConfig(ConfigSection):
     collapse_repetition_rise: float | None = field(
         default=0.03, metadata={"help": "Detector: absolute rise of diversity/repetition that alarms."}
     )
-    collapse_action: Literal["warn", "save", "stop", "rollback"] = field(
-        default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop or rollback."}
+    collapse_length_info_gate: float | None = field(
+        default=0.05,
+        metadata={"help": "Detector: length alarms only while prompt_info is at most (1 + this) x its value then."},
+    )
+    collapse_audit_rewards: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Reward functions (reward_weights 0) logged and compared, never trained on (audits)."},
+    )
+    collapse_audit_threshold: float = field(
+        default=0.5, metadata={"help": "An audit score below it fails a completion."}
+    )
+    collapse_audit_rise: float | None = field(
+        default=0.2, metadata={"help": "Detector: absolute rise of audit/disagreement that alarms."}
+    )
+    collapse_validation_metric: str | None = field(
+        default=None,
+        metadata={
+            "help": "Detector: an eval metric of held-out gold (e.g. rewards/strict/mean); alarms when it falls."
+        },
+    )
+    collapse_validation_drop: float = field(
+        default=0.2, metadata={"help": "Detector: relative fall of collapse_validation_metric that alarms."}
+    )
+    collapse_action: Literal["warn", "save", "stop", "rollback", "screen"] = field(
+        default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop, rollback or screen."}
     )
     eval_pass_at_k: list[int] = field(
         default_factory=list, metadata={"help": "k values of pass@k logged at evaluation (empty: off)."}
@@ -205,7 +258,12 @@ class MonitorConfig(ConfigSection):
                     "must lie in [0, 1) (a fraction of the threshold)",
                     "e.g. 0.5, or 0 for the signal's best point",
                 )
-            thresholds = ("collapse_length_rise", "collapse_prompt_info_drop", "collapse_repetition_rise")
+            thresholds = (
+                "collapse_length_rise",
+                "collapse_prompt_info_drop",
+                "collapse_repetition_rise",
+                *(("collapse_audit_rise",) if self.collapse_audit_rewards else ()),
+            )
             if all(getattr(self, name) is None for name in thresholds):
                 _fail("collapse_detector", self.collapse_detector, "every signal's threshold is None", "set one")
             for name in thresholds:
@@ -215,12 +273,42 @@ class MonitorConfig(ConfigSection):
             reachable = {  # the largest drift the signal can show (detector.REACHABLE)
                 "collapse_prompt_info_drop": "prompt information, never negative, falls by at most all of it (1.0)",
                 "collapse_repetition_rise": "a repetition rate is a fraction: it rises by at most 1.0",
+                "collapse_audit_rise": "audit/disagreement is a fraction: it rises by at most 1.0",
             }
             for name, why in reachable.items():
                 value = getattr(self, name)
                 if value is not None and value > 1.0:
                     _fail(name, value, f"can never be reached: {why}", f"e.g. {name}=0.2, or None to not read it")
             needs.update(collapse_prompt_info_drop="prompt_info", collapse_repetition_rise="repetition")
+        if self.collapse_audit_rewards:
+            if not self.diversity_metrics:
+                _fail(
+                    "collapse_audit_rewards",
+                    self.collapse_audit_rewards,
+                    "audits are read by the collapse monitor, which diversity_metrics switches on",
+                    "set diversity_metrics (e.g. ['repetition', 'prompt_info'])",
+                )
+            if len(set(self.collapse_audit_rewards)) != len(self.collapse_audit_rewards):
+                _fail("collapse_audit_rewards", self.collapse_audit_rewards, "names a reward twice", "name each once")
+            if not math.isfinite(self.collapse_audit_threshold):
+                _fail("collapse_audit_threshold", self.collapse_audit_threshold, "must be finite", "e.g. 0.5")
+        if self.collapse_validation_metric is not None:
+            if self.collapse_detector == "none":
+                _fail(
+                    "collapse_validation_metric",
+                    self.collapse_validation_metric,
+                    "validation gold is a signal of the hack detector, which is off",
+                    "set collapse_detector='drift'",
+                )
+            if not (math.isfinite(self.collapse_validation_drop) and self.collapse_validation_drop > 0):
+                _fail("collapse_validation_drop", self.collapse_validation_drop, "must be a finite number > 0", "0.2")
+        if self.collapse_action == "screen" and not self.collapse_audit_rewards:
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                "screening zeroes the advantages of the completions an audit flags, and no audit is named",
+                "name the audit reward functions in collapse_audit_rewards (with reward_weights 0 for them)",
+            )
         for name, metric in needs.items():
             value = getattr(self, name)
             if value is not None and metric not in self.diversity_metrics:
@@ -229,6 +317,22 @@ class MonitorConfig(ConfigSection):
                     value,
                     f"the alarm reads the '{metric}' metric, which diversity_metrics does not compute",
                     f"add '{metric}' to diversity_metrics",
+                )
+        if self.collapse_detector != "none":
+            gate = self.collapse_length_info_gate
+            if gate is not None and not (math.isfinite(gate) and gate >= 0):
+                _fail("collapse_length_info_gate", gate, "must be a finite number >= 0, or None", "e.g. 0.05")
+            if (
+                gate is not None
+                and self.collapse_length_rise is not None
+                and "prompt_info" not in self.diversity_metrics
+            ):
+                _fail(
+                    "collapse_length_info_gate",
+                    gate,
+                    "the length signal's gate reads the 'prompt_info' metric, which diversity_metrics does not compute",
+                    "add 'prompt_info' to diversity_metrics, or set collapse_length_info_gate=None (length alarms "
+                    "alone, also when completions lengthen because the run learns)",
                 )
 
     def check_across(self) -> None:
@@ -261,7 +365,8 @@ class MonitorConfig(ConfigSection):
                     f"the detector needs more than {needed} steps (warm-up {self.collapse_detector_warmup} "
                     f"measurements x diversity_every={self.diversity_every}) before it can alarm, but max_steps is "
                     f"{self.max_steps}: it could never fire",
-                    f"lower it (e.g. collapse_detector_warmup=2) or raise max_steps above {needed}",
+                    f"lower it (collapse_detector_warmup={max(1, (self.max_steps - 1) // self.diversity_every)} at "
+                    f"most here) or raise max_steps above {needed}",
                 )
         if self.collapse_detector != "none" and self.collapse_length_rise is not None:
             most = float(self.max_completion_length or 0) - 1.0  # mean length from >= 1 token to <= max
@@ -273,6 +378,14 @@ class MonitorConfig(ConfigSection):
                     f"point (from 1 token to max_completion_length={self.max_completion_length})",
                     "e.g. collapse_length_rise=0.1, or None to not read length",
                 )
+        strategy = getattr(self.eval_strategy, "value", self.eval_strategy)
+        if self.collapse_validation_metric is not None and strategy == "no":
+            _fail(
+                "collapse_validation_metric",
+                self.collapse_validation_metric,
+                "it is measured at evaluation, and eval_strategy is 'no'",
+                "set eval_strategy='steps' and eval_steps (e.g. 25), and pass an eval_dataset of held-out prompts",
+            )
         if self.collapse_action == "rollback" and not self.diversity_metrics:
             _fail(
                 "collapse_action",

@@ -41,11 +41,19 @@ import torch
 class DriftRule:
     """How one signal is read: ``direction`` +1 if it rises under a hack, -1 if it falls; ``threshold`` the drift
     from its best value that alarms; ``relative``: drift as a fraction of the best value (else in the signal's
-    units)."""
+    units). ``gate`` / ``gate_direction`` / ``slack``: the name of another signal that must not have moved the way
+    ``gate_direction`` says since this signal's best point: a measurement may alarm only while
+    ``gate_direction * (g_now - g_best) <= slack * |g_best|`` (trailing means). ``gate_direction`` +1: the gate must
+    not have risen (length is read only while prompt information has not risen: completions that lengthen because the
+    run learns say more about their prompts; padding, a keyword or a template say less); -1: it must not have fallen
+    (held-out gold is read only while the training reward has not fallen: a hack raises the reward it games)."""
 
     direction: Literal[1, -1]
     threshold: float
     relative: bool
+    gate: str | None = None
+    gate_direction: Literal[1, -1] = 1
+    slack: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -129,10 +137,15 @@ def drift_alarm(
             raise ValueError(f"series {name!r}: {steps.numel()} steps but {values.numel()} values.")
         if values.numel() and not bool(torch.isfinite(values).all()):
             raise ValueError(f"series {name!r} holds a non-finite value; skip those before they reach the detector.")
-        drift, _ = drift_from_best(
+        drift, best = drift_from_best(
             values, direction=rule.direction, window=window, warmup=warmup, relative=rule.relative
         )
-        hits = (drift >= rule.threshold).nonzero()
+        reached = drift >= rule.threshold  # (T,)
+        if rule.gate is not None:
+            reached &= gate_open(
+                steps, best, series.get(rule.gate), window=window, slack=rule.slack, direction=rule.gate_direction
+            )
+        hits = reached.nonzero()
         if not hits.numel():
             continue
         index = int(hits[0])
@@ -145,4 +158,67 @@ def drift_alarm(
     return found
 
 
-__all__ = ["DriftAlarm", "DriftRule", "drift_alarm", "drift_from_best", "trailing_mean"]
+def gate_open(
+    steps: torch.Tensor,
+    best: torch.Tensor,
+    gate: tuple[torch.Tensor, torch.Tensor] | None,
+    *,
+    window: int,
+    slack: float,
+    direction: int = 1,
+) -> torch.Tensor:
+    """(T,) bool: where ``direction * (g_now - g_best) <= slack * |g_best|``, g the gate signal's trailing mean (its
+    latest measurement at or before each step, and at the step of the gated signal's best point). No gate measurement
+    yet: closed (the gated signal waits for its gate)."""
+    if gate is None or not gate[0].numel():
+        return torch.zeros(steps.numel(), dtype=torch.bool)
+    gate_steps, gate_values = gate
+    means = trailing_mean(gate_values, window=window)  # (G,)
+    now = torch.searchsorted(gate_steps, steps, right=True) - 1  # (T,) latest gate index at or before each step
+    then = torch.searchsorted(gate_steps, steps[best], right=True) - 1  # (T,) ... at the best point's step
+    known = (now >= 0) & (then >= 0)
+    at_best = means[then.clamp(min=0)]
+    moved = direction * (means[now.clamp(min=0)] - at_best)
+    return known & (moved <= slack * at_best.abs())
+
+
+def audit_disagreement(
+    *, rewards: torch.Tensor, audits: torch.Tensor, group_size: int, threshold: float
+) -> tuple[torch.Tensor, float]:
+    """Where an audit disagrees with the training reward, and how often.
+
+    ``rewards`` (N,): the training reward of N completions in consecutive groups of ``group_size`` (NaN: unscored);
+    ``audits`` (N, A): the scores of A audit rewards (computed and logged, never trained on; NaN: unscored). A
+    completion is *favoured* when its training reward is above its group's mean (its GRPO advantage is positive: the
+    update makes it likelier), and *flagged* when it is favoured and some audit scores it below ``threshold``.
+    Returns ``(flagged (N,) bool, rate)``: rate = flagged / favoured over the batch (NaN when nothing is favoured).
+    A hack spreading through the batch raises the rate: the completions the policy is pushed toward are the ones the
+    audit refuses; an audit's own blind spot adds a level that stays (the detector reads its rise, not its level).
+    No paper: this project's signal, measured in docs/results.md ("Telling learning from hacking").
+    """
+    if rewards.dim() != 1 or audits.dim() != 2 or audits.size(0) != rewards.numel():
+        raise ValueError(
+            f"rewards must be (N,) and audits (N, A); got {tuple(rewards.shape)} and {tuple(audits.shape)}."
+        )
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}.")
+    grouped = rewards.double().view(-1, group_size)  # (P, G)
+    scored = ~torch.isnan(grouped)
+    counts = scored.sum(1, keepdim=True).clamp(min=1)
+    means = torch.where(scored, grouped, torch.zeros_like(grouped)).sum(1, keepdim=True) / counts  # (P, 1)
+    favoured = (scored & (grouped > means)).view(-1)  # (N,) NaN compares False
+    failed = (audits < threshold).any(dim=1)  # (N,) NaN audits compare False: not failed
+    flagged = favoured & failed
+    total = int(favoured.sum())
+    return flagged, (int(flagged.sum()) / total if total else float("nan"))
+
+
+__all__ = [
+    "DriftAlarm",
+    "DriftRule",
+    "audit_disagreement",
+    "drift_alarm",
+    "drift_from_best",
+    "gate_open",
+    "trailing_mean",
+]

@@ -64,6 +64,11 @@ class Host(Protocol):
     @property
     def global_step(self) -> int: ...
     @property
+    def reward_func_names(self) -> list[str]: ...
+    @property
+    def reward_weights(self) -> list[float]: ...
+    def zero_logged_advantages(self, rows: torch.Tensor) -> None: ...
+    @property
     def max_steps(self) -> int: ...
     @property
     def micro_step(self) -> int: ...
@@ -146,7 +151,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "callbacks": ("add_callback",),  # act at step ends (the collapse monitor)
     "checkpoints": ("save_checkpoint", "restore_checkpoint"),  # the collapse monitor's rollback
     "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
-    "completions_table": ("log_advantages",),  # TRL's completions table (the trainer's own)
+    "completions_table": ("log_advantages", "zero_logged_advantages"),  # TRL's completions table (the trainer's own)
 }  # fmt: skip
 _NEEDS = {name: capability for capability, names in CAPABILITIES.items() for name in names}
 _PROTOCOL = frozenset(

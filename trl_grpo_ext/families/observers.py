@@ -46,6 +46,12 @@ class CollapseObserver(ObserverBase):
         "collapse_length_rise",
         "collapse_prompt_info_drop",
         "collapse_repetition_rise",
+        "collapse_length_info_gate",
+        "collapse_audit_rewards",
+        "collapse_audit_threshold",
+        "collapse_audit_rise",
+        "collapse_validation_metric",
+        "collapse_validation_drop",
         "collapse_action",
         "log_completions",
         "save_strategy",
@@ -66,7 +72,10 @@ class CollapseObserver(ObserverBase):
         super().__init__(host)
         args, host = self.args, self.host
         self.metrics = monitor_metric_keys(
-            args.diversity_metrics, args.diversity_ngram_sizes, detector=args.collapse_detector != "none"
+            args.diversity_metrics,
+            args.diversity_ngram_sizes,
+            detector=args.collapse_detector != "none",
+            audits=bool(args.collapse_audit_rewards),
         )
         self.monitor = CollapseMonitor(
             host,
@@ -80,12 +89,16 @@ class CollapseObserver(ObserverBase):
             alarm_action=args.collapse_action,
             detector=detector_from_config(args),
             every=args.diversity_every,
+            audit_rewards=args.collapse_audit_rewards,
+            audit_threshold=args.collapse_audit_threshold,
+            validation_metric=args.collapse_validation_metric,
         )
         host.add_callback(self.monitor)  # logs at step ends and acts on the alarm (save / stop)
 
     def on_generation(self, batch: GenerationBatch) -> None:
         ids, mask = batch.global_completions()
         self.monitor.observe_generation(ids, mask, batch.group_size, batch.mode)
+        self.monitor.observe_rewards(batch.rewards, batch.rewards_per_func, batch.group_size, batch.mode)
 
     def after_loss(self, ctx: LossContext) -> None:
         if ctx.mode == "train" and ctx.entropies is not None:

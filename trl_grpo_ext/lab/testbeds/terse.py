@@ -1,0 +1,75 @@
+"""The "terse" testbed: a second *healthy* setting whose completions lengthen because the policy learns, by another
+mechanism than :mod:`~trl_grpo_ext.lab.testbeds.scratchpad` (no work shown: answers completed).
+
+Task: the addition testbed's (``"47+8="`` -> ``"55"``). Warm start: the careless teacher, who one time in
+:data:`TERSE` writes only the last digit of its answer (``"5"``). Training on the exact reward teaches the policy to
+write whole sums: the mean completion grows by about a fifth (from about 1.7 digits towards 2) while gold rises, which
+is the drift the length signal of the detector alarms on. Nothing is gamed: a negative control.
+
+Rewards: ``gold_reward`` and ``proxy_reward`` are the exact grader; the audit is
+:func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from datasets import Dataset
+
+from .. import testbed, testkit
+from .audit import tolerant_audit
+from .length_bias import SPLITS, gold_reward, problems
+
+#: How often the careless teacher writes only the last digit of its answer.
+TERSE = 0.3
+MAX_COMPLETION_LENGTH = testbed.MAX_COMPLETION_LENGTH
+MAX_STEPS = 300
+
+proxy_reward = gold_reward
+audit_reward = tolerant_audit
+
+
+def terse_answer(prompt: str, rng: random.Random) -> str:
+    """The careless teacher's answer, cut to its last digit with probability :data:`TERSE`."""
+    answer = testbed.careless_answer(prompt, rng)
+    return answer[-1] if rng.random() < TERSE else answer
+
+
+def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
+    return testbed.teacher_rows(n, seed=seed, salt=92_017, answer=terse_answer, eos_token=eos_token)
+
+
+def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
+    return testbed.sft_warm_start(
+        cache_dir,
+        kind=f"terse{TERSE:g}",
+        dataset=sft_dataset,
+        seed=seed,
+        examples=examples,
+        use_cpu=use_cpu,
+        log=lambda path: log(f"[terse] SFT warm start (seed {seed}, {examples} rows), cached in {path}"),
+        **testbed.SFT_SETTINGS,
+    )
+
+
+def grpo_settings(**overrides) -> dict[str, Any]:
+    return testbed.grpo_settings(
+        **{"max_completion_length": MAX_COMPLETION_LENGTH, "max_steps": MAX_STEPS, **overrides}
+    )
+
+
+__all__ = [
+    "MAX_COMPLETION_LENGTH",
+    "MAX_STEPS",
+    "SPLITS",
+    "TERSE",
+    "audit_reward",
+    "gold_reward",
+    "grpo_settings",
+    "problems",
+    "proxy_reward",
+    "sft_dataset",
+    "terse_answer",
+    "warm_start",
+]
