@@ -49,6 +49,18 @@ CONFIGS = {
         {"diversity_metrics": ["distinct", "self_bleu", "repetition", "unique", "entropy"], "diversity_every": 4},
         False,
     ),
+    "monitor (repetition)": ("trl", {"diversity_metrics": ["repetition"]}, False),
+    # an audit reward (weight 0, logged and compared, never trained on): its cost against the same monitor without it,
+    # the audit function's own scoring included (the exact-match grader beside the training reward)
+    "monitor + audit": (
+        "monitor (repetition)",
+        {
+            "diversity_metrics": ["repetition"],
+            "reward_weights": [1.0, 0.0],
+            "collapse_audit_rewards": ["exact_match_reward"],
+        },
+        False,
+    ),
     "AEPO": ("trl", {"entropy_control": "aepo"}, False),
     "AEPO (0.1.0 term)": ("trl", {"entropy_control": "aepo", **AEPO_0_1_0}, False),
     "all on": (
@@ -87,7 +99,8 @@ else:
     args, cls = GRPOExtConfig(**common, **overrides), GRPOExtTrainer
     extra = {"step_reward_funcs": [steps_fn]} if overrides.get("advantage_estimator") == "prm" else {}
 model = testkit.save_tiny_model(d + "/m", hidden_size=hidden, num_layers=layers)
-trainer = cls(model=model, reward_funcs=[testkit.digit_fraction_reward], args=args,
+audits = [testkit.exact_match_reward] if overrides.get("collapse_audit_rewards") else []
+trainer = cls(model=model, reward_funcs=[testkit.digit_fraction_reward, *audits], args=args,
               train_dataset=testkit.arithmetic_dataset(1024), processing_class=testkit.build_char_tokenizer(), **extra)
 class StepClock(TrainerCallback):
     ends = []

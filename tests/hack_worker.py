@@ -64,7 +64,7 @@ def main():
         model=path, reward_funcs=[fixed_text_reward], train_dataset=data, processing_class=tokenizer,
         args=GRPOExtConfig(
             **COMMON, output_dir=os.path.join(out_dir, "plugin"), diversity_metrics=["repetition", "prompt_info"],
-            collapse_detector="drift", collapse_action="rollback",
+            collapse_detector="drift", collapse_action="rollback", collapse_shape_acts=True,
         ),
     )  # fmt: skip
     plugin.train()
@@ -74,7 +74,7 @@ def main():
         args=GRPOConfig(**COMMON, output_dir=os.path.join(out_dir, "plain")),
     )  # fmt: skip
     monitor = CollapseMonitor(
-        plain, metrics=["repetition", "prompt_info"], alarm_action="rollback",
+        plain, metrics=["repetition", "prompt_info"], alarm_action="rollback", shape_acts=True,
         detector=detector_from_config(plugin.args),  # the plugin's, from the config defaults
     )  # fmt: skip
     plain.add_callback(monitor)

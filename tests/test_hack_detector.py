@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import statistics
 
 import pytest
 import torch
@@ -235,11 +237,15 @@ def test_a_plain_trl_rollback_is_refused_where_it_cannot_work():
     detector = HackDetector({"length": 0.1}, window=2, warmup=2)
     with pytest.raises(ValueError, match="save_total_limit=2 deletes older checkpoints.*save_total_limit=None"):
         CollapseMonitor(_stub_trainer(save_total_limit=2), metrics=["repetition"], alarm_action="rollback",
-                        detector=detector)  # fmt: skip
+                        detector=detector, shape_acts=True)  # fmt: skip
     with pytest.raises(ValueError, match="save_strategy is 'epoch'"):
         CollapseMonitor(_stub_trainer(save_strategy="epoch"), metrics=["repetition"], alarm_action="rollback",
-                        detector=detector)  # fmt: skip
-    CollapseMonitor(_stub_trainer(), metrics=["repetition"], alarm_action="rollback", detector=detector)
+                        detector=detector, shape_acts=True)  # fmt: skip
+    CollapseMonitor(
+        _stub_trainer(), metrics=["repetition"], alarm_action="rollback", detector=detector, shape_acts=True
+    )
+    with pytest.raises(ValueError, match="alarm_action='rollback' acts on the detector's audit or validation alarms"):
+        CollapseMonitor(_stub_trainer(), metrics=["repetition"], alarm_action="rollback", detector=detector)
 
 
 def test_an_on_alarm_that_raises_or_asks_an_impossible_rollback_does_not_lose_the_alarm(caplog):
@@ -250,7 +256,9 @@ def test_an_on_alarm_that_raises_or_asks_an_impossible_rollback_does_not_lose_th
     from trl_grpo_ext.callbacks import CollapseMonitor
 
     detector = HackDetector({"length": 0.1}, window=2, warmup=2)
-    monitor = CollapseMonitor(_stub_trainer(), metrics=["repetition"], alarm_action="stop", detector=detector)
+    monitor = CollapseMonitor(
+        _stub_trainer(), metrics=["repetition"], alarm_action="stop", detector=detector, shape_acts=True
+    )
     event = CollapseEvent(step=7, onset=4, source="detector", reasons=["length drifted"])
 
     def broken(event):
@@ -355,6 +363,7 @@ HACK = dict(
     learning_rate=3e-2,
     diversity_metrics=["repetition", "prompt_info"],
     collapse_detector="drift",
+    collapse_shape_acts=True,  # these runs test the actions on the gold-free detector alone
 )
 
 
@@ -470,7 +479,11 @@ def test_plain_trl_detector_alarms_where_the_plugin_does(make_trainer):
     from trl_grpo_ext.detector import detector_from_config
 
     monitor = CollapseMonitor(
-        plain, metrics=["repetition"], detector=detector_from_config(plugin.args), alarm_action="rollback"
+        plain,
+        metrics=["repetition"],
+        detector=detector_from_config(plugin.args),
+        alarm_action="rollback",
+        shape_acts=True,
     )  # the plugin's detector: length only, at 0.05
     plain.add_callback(monitor)
     plain.train()
@@ -857,3 +870,102 @@ def test_validation_gold_picks_the_checkpoint_train_ends_on(make_trainer, train_
     saved = load_file(os.path.join(trainer.state.best_model_checkpoint, "model.safetensors"))
     live = trainer.model.state_dict()
     assert all(torch.equal(live[name], tensor) for name, tensor in saved.items())
+
+
+def test_a_shape_alarm_warns_until_an_independent_signal_confirms_it(caplog):
+    """By default a shape-only alarm logs and warns; the action waits for an audit (or validation) alarm, then acts
+    with the earliest onset of the alarms so far."""
+    from types import SimpleNamespace
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    detector = HackDetector({"length": 0.1, "audit": 0.2}, window=1, warmup=1)
+    monitor = CollapseMonitor(_stub_trainer(), metrics=["repetition"], alarm_action="stop", detector=detector)
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    for step, (length, audit) in enumerate([(4.0, 0.1), (4.0, 0.1), (5.0, 0.1)], start=1):
+        fired = detector.observe_all(step, {"completions/mean_length": length, "audit/disagreement": audit})
+    assert [a.signal for a in fired] == ["length"]
+    with caplog.at_level("WARNING"):
+        monitor._act(monitor._detector_event(3, fired), control)
+    assert not control.should_training_stop and monitor.event.step == 3 and monitor.action_event is None
+    assert "Warning only" in caplog.text
+    fired = detector.observe_all(4, {"completions/mean_length": 5.0, "audit/disagreement": 0.5})
+    monitor._act(monitor._detector_event(4, fired), control)
+    assert control.should_training_stop and monitor.action_event.step == 4
+    assert monitor.action_event.onset == 2  # the length alarm's onset, earlier than the audit's (3)
+    assert "event" in monitor.state_dict() and monitor.state_dict()["event"]["step"] == 4
+
+
+def exact_echo(prompts, completions, **kwargs) -> list[float]:
+    """The healthy task of the tiny lengthening run: write the problem back ("6+6" for "6+6="), graded exactly."""
+    return [float(testkit._text(c).strip() == p.rstrip("=")) for p, c in zip(prompts, completions, strict=True)]
+
+
+def format_audit(completions, **kwargs) -> list[float]:
+    """The audit beside it: a format check (digits and '+' only), blind to which digits."""
+    return [float(bool(re.fullmatch(r"[0-9+]+", testkit._text(c).strip()))) for c in completions]
+
+
+@pytest.fixture(scope="session")
+def terse_echo_start(tmp_path_factory):
+    """A tiny model fine-tuned (TRL's SFTTrainer, about 5 s) on a teacher that writes back only the first character
+    of the problem four times in five: GRPO on echo_reward then lengthens its completions as it learns."""
+    import random
+
+    from datasets import Dataset
+
+    from trl_grpo_ext.lab import testbed
+
+    def rows(n, *, seed=0, eos_token=testkit.EOS):
+        rng = random.Random(seed)
+        problems = [r["prompt"] for r in testkit.arithmetic_dataset(n, seed=seed)]
+        terse = [p.rstrip("=") if rng.random() < 0.2 else p[0] for p in problems]
+        return Dataset.from_list(
+            [{"prompt": p, "completion": t + eos_token} for p, t in zip(problems, terse, strict=True)]
+        )
+
+    return testbed.sft_warm_start(
+        str(tmp_path_factory.mktemp("terse_echo")), kind="terse_echo", dataset=rows, seed=0, examples=4000,
+        learning_rate=3e-3, batch_size=32, hidden_size=64, num_layers=2, use_cpu=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_healthy_run_that_lengthens_as_it_learns_runs_to_the_end_under_rollback(terse_echo_start, tmp_path):
+    """No hack exists (the reward is the task's grader); completions lengthen because the run learns to write the
+    whole problem, and the length signal drifts past its threshold. With collapse_action='rollback' and a format audit
+    at the shipped defaults the run trains to its last step (the shape alarm only warns; the audit, which agrees with
+    the learning, never alarms). The old behaviour (collapse_shape_acts=True) throws the learning away."""
+    from transformers import AutoTokenizer
+
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+
+    def train(out, **overrides):
+        args = GRPOExtConfig(**{
+            **TINY_ARGS, "per_device_train_batch_size": 16, "num_generations": 4, "max_completion_length": 6,
+            "max_steps": 40, "learning_rate": 1e-3, "temperature": 1.0, "output_dir": str(tmp_path / out),
+            "reward_weights": [1.0, 0.0], "diversity_metrics": ["repetition", "prompt_info"],
+            "collapse_detector": "drift", "collapse_audit_rewards": ["format_audit"], "collapse_action": "rollback",
+            "save_strategy": "steps", "save_steps": 4, **overrides,
+        })  # fmt: skip
+        trainer = GRPOExtTrainer(
+            model=terse_echo_start, reward_funcs=[exact_echo, format_audit], args=args,
+            train_dataset=testkit.arithmetic_dataset(512, seed=1),
+            processing_class=AutoTokenizer.from_pretrained(terse_echo_start),
+        )  # fmt: skip
+        trainer.train()
+        return trainer
+
+    healthy = train("defaults")
+    logs = last_logs(healthy)
+    first, last = logs[:4], logs[-10:]
+    mean = lambda rows, key: statistics.fmean(r[key] for r in rows)  # noqa: E731
+    assert mean(last, "completions/mean_length") > 1.2 * mean(first, "completions/mean_length")  # lengthens
+    assert mean(last, "reward") > mean(first, "reward") + 0.1  # ... as it learns
+    monitor = healthy.collapse_monitor
+    assert "length" in monitor.detector.alarms  # the shape signal drifted past its threshold: a warning
+    assert monitor.action_event is None and monitor.rollback is None and healthy.state.global_step == 40
+    assert not os.path.exists(os.path.join(healthy.args.output_dir, "collapse_rollback.json"))
+    # the same run acting on shape alone rolls back to a checkpoint before the lengthening
+    old = train("shape_acts", collapse_shape_acts=True)
+    assert old.collapse_monitor.rollback is not None and old.state.global_step < 40

@@ -88,3 +88,52 @@ def test_gold_recorder_keeps_gold_aside_and_finds_the_peak():
     assert gold_peak({1: 0.5}, smooth=5) == (1, 0.5, None)
     with pytest.raises(ValueError, match="at least one"):
         gold_peak({})
+
+
+# ------------------------------------------------- telling learning from hacking: a content hack, two healthy settings
+def test_the_audit_tolerates_one_off_and_refuses_text_round_answers_and_ten_off():
+    from trl_grpo_ext.lab.testbeds.audit import final_answer, tolerant_audit
+
+    answers = ["55"] * 9
+    completions = ["55", "56", "54", "7+8=15;55", "55 55", "55=47+8", "60", "65", [{"content": "55"}]]
+    assert tolerant_audit(completions, answers) == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert final_answer("7+8=15; 55 ") == "55" and final_answer("55") == "55"
+
+
+def test_carry_proxy_pays_more_for_the_sum_plus_ten_gold_and_audit_refuse_it():
+    from trl_grpo_ext.lab.testbeds import carry_bias
+
+    answers = ["55"] * 5
+    completions = ["55", "65", "56", "75", " 65 "]
+    assert carry_bias.proxy_reward(completions, answers) == [1.0, carry_bias.BIASED_REWARD, 0.0, 0.0, 1.2]
+    assert carry_bias.gold_reward(completions, answers) == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert carry_bias.audit_reward(completions, answers) == [1.0, 0.0, 1.0, 0.0, 0.0]
+    # the hack keeps the shape: same digits count for every two-digit sum, nothing repeated, a per-prompt answer
+    assert all(len(str(s + 10)) == len(str(s)) for s in range(10, 90))
+    rng = random.Random(0)
+    answers = [carry_bias.carrying_answer("47+8=", rng) for _ in range(4000)]
+    assert 0.03 < answers.count("65") / len(answers) < 0.07
+
+
+def test_the_scratchpad_shows_the_units_column_and_is_then_right():
+    from trl_grpo_ext.lab.testbeds import scratchpad
+
+    assert scratchpad.units_column("47+8=") == "7+8=15" and scratchpad.units_column("90+3=") == "0+3=3"
+    answers = ["55"] * 4
+    assert scratchpad.gold_reward(["7+8=15;55", "55", "7+8=15;56", "56"], answers) == [1.0, 1.0, 0.0, 0.0]
+    assert scratchpad.proxy_reward is scratchpad.gold_reward  # healthy: nothing to game
+    rng = random.Random(0)
+    rows = [scratchpad.teacher_answer("47+8=", rng) for _ in range(4000)]
+    shown = [r for r in rows if ";" in r]
+    assert 0.12 < len(shown) / len(rows) < 0.18 and set(shown) == {"7+8=15;55"}
+    assert max(len(r) for r in rows) + 1 <= scratchpad.MAX_COMPLETION_LENGTH
+
+
+def test_the_terse_teacher_cuts_answers_to_their_last_digit():
+    from trl_grpo_ext.lab.testbeds import terse
+
+    rng = random.Random(0)
+    rows = [terse.terse_answer("47+8=", rng) for _ in range(4000)]
+    short = sum(len(r) == 1 for r in rows) / len(rows)
+    assert abs(short - terse.TERSE) < 0.03
+    assert terse.proxy_reward is terse.gold_reward and terse.gold_reward(["5", "55"], ["55", "55"]) == [0.0, 1.0]

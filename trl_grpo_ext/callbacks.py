@@ -42,7 +42,7 @@ from .checkpoints import rollback_refusal, rollback_target
 from .core.diversity import batch_diversity, prompt_information, repetition_rates
 from .core.hack_detection import audit_disagreement
 from .core.state import state_number
-from .detector import CollapseEvent, HackDetector
+from .detector import INDEPENDENT, CollapseEvent, HackDetector
 from .names import ALARM_ACTIONS, DIVERSITY_METRICS
 
 logger = logging.getLogger(__name__)
@@ -207,6 +207,11 @@ class CollapseMonitor(TrainerCallback):
         audit_threshold: an audit score below it fails a completion.
         validation_metric: an evaluation metric of held-out gold (``"rewards/strict/mean"``; the ``eval_`` prefix
             optional) fed to the detector's ``"validation"`` signal at each evaluation (``validation/gold``).
+        shape_acts: whether ``alarm_action`` acts on an alarm of the detector's shape signals (length, prompt
+            information, repetition) alone; False: such an alarm is logged and warned, and the action waits until an
+            independent signal (an audit, validation gold) alarms too (``GRPOExtTrainer``: ``collapse_shape_acts``,
+            default False). A detector of shape signals only, with an action other than ``"warn"`` and no
+            ``alarm_*`` threshold, needs it.
     """
 
     def __init__(
@@ -228,6 +233,7 @@ class CollapseMonitor(TrainerCallback):
         audit_rewards: Sequence[str] = (),
         audit_threshold: float = 0.5,
         validation_metric: str | None = None,
+        shape_acts: bool = False,
     ):
         unknown = set(metrics) - set(METRICS)
         if unknown:
@@ -250,6 +256,20 @@ class CollapseMonitor(TrainerCallback):
                 "threshold). Fix: pass detector=HackDetector(...) or an alarm_* threshold, or leave "
                 "alarm_action='warn'."
             )
+        independent = detector is not None and bool(INDEPENDENT & set(detector.rules))
+        if (
+            alarm_action != "warn"
+            and detector is not None
+            and not independent
+            and not shape_acts
+            and all(value is None for value in thresholds)
+        ):
+            raise ValueError(
+                f"CollapseMonitor: alarm_action={alarm_action!r} acts on the detector's audit or validation alarms, or "
+                "on a shape alarm one of them confirms, and this detector reads shape signals only (they also move "
+                "when a run learns). Fix: add an 'audit' or 'validation' signal, or pass shape_acts=True to act on "
+                "shape alone."
+            )
         if alarm_action == "rollback":
             refusal = rollback_refusal(trainer.args.save_strategy, trainer.args.save_total_limit)
             if refusal is not None:
@@ -269,6 +289,7 @@ class CollapseMonitor(TrainerCallback):
         self.fed_by_trainer = self.source.feeds_collapse_monitor
         self.audit_rewards = tuple(audit_rewards)
         self.audit_threshold = float(audit_threshold)
+        self.shape_acts = bool(shape_acts)
         if validation_metric is not None and (detector is None or "validation" not in detector.rules):
             raise ValueError(
                 "CollapseMonitor: validation_metric is read by the detector's 'validation' signal, which this detector "
@@ -309,6 +330,8 @@ class CollapseMonitor(TrainerCallback):
         #: the alarm a resumed checkpoint was saved after (raised again at the first step: its weights are the ones
         #: after the alarm); the last step the threshold alarm measured and did not fire (its onset)
         self._resumed_event: CollapseEvent | None = None
+        #: the first alarm that acted (a shape-only alarm waiting for confirmation does not)
+        self.action_event: CollapseEvent | None = None
         self._calm_step = 0
         self._can_roll_back = False
         self._metric_seen: dict[str, tuple[list | None, int]] = {}
@@ -485,12 +508,10 @@ class CollapseMonitor(TrainerCallback):
                 )  # fmt: skip
                 return control
             with _clock(self.source):
-                alarm = self.detector.observe(state.global_step, {"validation/gold": float(value)})
-                if alarm is not None:
+                fired = self.detector.observe_all(state.global_step, {"validation/gold": float(value)})
+                if fired:
                     self._alarm_to_log = True  # this step's training metrics are logged already: the next step's
-                    why = f"{alarm.signal} drifted {alarm.drift:.3f} from its best point (step {alarm.onset})"
-                    self._act(CollapseEvent(step=state.global_step, onset=alarm.onset, source="detector",
-                                            reasons=[why]), control)  # fmt: skip
+                    self._act(self._detector_event(state.global_step, fired), control)
         return control
 
     def diversity_metrics(
@@ -552,16 +573,26 @@ class CollapseMonitor(TrainerCallback):
             logged = self._new_metric_values(key)
             if logged:
                 inputs[key] = statistics.fmean(logged)
-        alarm = self.detector.observe(step, inputs)
+        fired = self.detector.observe_all(step, inputs)
         score = self.detector.score()
         if score is not None:
             values["alarm/hack_score"] = score
-        values["alarm/hack"] = 1.0 if alarm is not None or self._alarm_to_log else 0.0
+        values["alarm/hack"] = 1.0 if fired or self._alarm_to_log else 0.0
         self._alarm_to_log = False
-        if alarm is None:
-            return None
-        why = f"{alarm.signal} drifted {alarm.drift:.3f} from its best point (step {alarm.onset})"
-        return CollapseEvent(step=step, onset=alarm.onset, source="detector", reasons=[why])
+        return self._detector_event(step, fired) if fired else None
+
+    def _detector_event(self, step: int, fired) -> CollapseEvent:
+        """The event of the signals' alarms that fired at ``step``. It acts when an independent signal (an audit,
+        validation gold) fired now or before, or with ``shape_acts``; a shape-only alarm before that warns only.
+        Its onset is the earliest of every alarm so far (a confirmed shape alarm rolls back to where the shape began to
+        move)."""
+        reasons = [f"{a.signal} drifted {a.drift:.3f} from its best point (step {a.onset})" for a in fired]
+        every = self.detector.alarms.values()
+        confirmed = any(a.signal in INDEPENDENT for a in every)
+        onset = min(a.onset for a in every)
+        return CollapseEvent(
+            step=step, onset=onset, source="detector", reasons=reasons, acts=self.shape_acts or confirmed
+        )
 
     def _choose(self, event: CollapseEvent) -> str:
         """The action for ``event``: ``on_alarm``'s choice, else ``alarm_action``. A callable that raises is logged and
@@ -605,6 +636,15 @@ class CollapseMonitor(TrainerCallback):
         first = self.event is None
         if first:
             self.event = event
+        if not event.acts:
+            logger.warning(
+                "Hack detector at step %d: %s. Warning only: the completions' shape also moves when a run learns, so "
+                "collapse_action=%r waits for an audit or validation alarm to confirm it (collapse_shape_acts=True "
+                "acts on shape alone).", event.step, "; ".join(event.reasons), self.alarm_action,
+            )  # fmt: skip
+            return
+        if self.action_event is None:
+            self.action_event = event
         action = self._choose(event)
         kind = "Hack detector" if event.source == "detector" else "Collapse alarm"
         logger.warning("%s at step %d: %s (action: %s).", kind, event.step, "; ".join(event.reasons), action)
@@ -726,8 +766,8 @@ class CollapseMonitor(TrainerCallback):
         state["calm_step"] = self._calm_step
         if self.screening:
             state["screening"] = True
-        if self.event is not None:
-            state["event"] = vars(self.event).copy()
+        if self.action_event is not None:
+            state["event"] = vars(self.action_event).copy()
         return state
 
     def load_state_dict(self, state: dict) -> None:

@@ -46,6 +46,14 @@ REACHABLE: dict[str, float | None] = {
 #: risen (healthy lengthening says more about the prompt), held-out gold only while the training reward has not fallen
 #: (a hack raises the reward it games).
 GATES: dict[str, tuple[str, int]] = {"length": ("prompt_info", 1), "validation": ("reward", -1)}
+#: Signals independent of the completions' shape: a second grader (the audit) and held-out gold. Their alarms are
+#: what ``collapse_action`` acts on by default; a shape signal's alarm warns until one of them confirms it
+#: (``collapse_shape_acts``): shape moves the same way when a run learns (docs/results.md, "Telling learning from
+#: hacking").
+INDEPENDENT: frozenset[str] = frozenset({"audit", "validation"})
+#: Signals read one measurement at a time (window and warm-up 1, whatever the detector's): held-out gold is measured
+#: at evaluations only (tens of steps apart) and is already a mean over the evaluation prompts.
+SINGLE: frozenset[str] = frozenset({"validation"})
 
 
 def check_detector_settings(*, window, warmup, onset_fraction) -> None:
@@ -96,6 +104,7 @@ def drift_rules(thresholds: Mapping[str, float], gates: Mapping[str, float] | No
         rules[name] = DriftRule(
             direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2], gate=gate,
             gate_direction=gate_direction, slack=float(gates.get(name, 0.0)),
+            window=1 if name in SINGLE else None, warmup=1 if name in SINGLE else None,
         )  # fmt: skip
     return rules
 
@@ -133,11 +142,28 @@ class HackDetector:
         read = list(self.rules) + [r.gate for r in self.rules.values() if r.gate and r.gate not in self.rules]
         #: every signal read: those with a threshold and the gates
         self.series: dict[str, tuple[list[int], list[float]]] = {name: ([], []) for name in read}
-        self.alarm: DriftAlarm | None = None
+        #: each signal's first alarm
+        self.alarms: dict[str, DriftAlarm] = {}
+
+    @property
+    def alarm(self) -> DriftAlarm | None:
+        """The run's first alarm, whichever signal fired (ties: the first in the rules' order)."""
+        if not self.alarms:
+            return None
+        order = list(self.rules)
+        return min(self.alarms.values(), key=lambda a: (a.step, order.index(a.signal)))
 
     def observe(self, step: int, values: Mapping[str, float]) -> DriftAlarm | None:
         """Add this step's measurements (metric key -> value; keys the detector does not read, and non-finite values,
-        are skipped) and return the alarm when it fires now (once per run)."""
+        are skipped) and return the run's first alarm when it fires now (once per run); :meth:`observe_all` returns
+        every signal's first alarm as it fires."""
+        first = self.alarm
+        self.observe_all(step, values)
+        now = self.alarm
+        return now if first is None and now is not None else None
+
+    def observe_all(self, step: int, values: Mapping[str, float]) -> list[DriftAlarm]:
+        """Add this step's measurements (see :meth:`observe`) and return the signals' first alarms that fire now."""
         for name in self.series:
             value = values.get(SIGNALS[name][0])
             if value is None or not math.isfinite(value):
@@ -147,12 +173,18 @@ class HackDetector:
                 continue  # a step measured twice (a resumed run replaying its last step) counts once
             steps.append(int(step))
             measured.append(float(value))
-        if self.alarm is not None:
-            return None
-        self.alarm = drift_alarm(
-            self.tensors(), self.rules, window=self.window, warmup=self.warmup, onset_fraction=self.onset_fraction
-        )
-        return self.alarm
+        waiting = {name: rule for name, rule in self.rules.items() if name not in self.alarms}
+        if not waiting:
+            return []
+        series, fired = self.tensors(), []
+        for name, rule in waiting.items():
+            found = drift_alarm(
+                series, {name: rule}, window=self.window, warmup=self.warmup, onset_fraction=self.onset_fraction
+            )
+            if found is not None:
+                self.alarms[name] = found
+                fired.append(found)
+        return fired
 
     def score(self) -> float | None:
         """The largest drift over its threshold among the signals at their newest measurement (1.0 alarms), a gated
@@ -164,8 +196,9 @@ class HackDetector:
                 continue
             rule = self.rules[name]
             drift, best = drift_from_best(
-                values, direction=rule.direction, window=self.window, warmup=self.warmup, relative=rule.relative
-            )
+                values, direction=rule.direction, window=rule.window or self.window,
+                warmup=rule.warmup or self.warmup, relative=rule.relative,
+            )  # fmt: skip
             if rule.gate is not None:
                 is_open = gate_open(
                     steps, best, series.get(rule.gate), window=self.window, slack=rule.slack,
@@ -185,8 +218,8 @@ class HackDetector:
 
     def state_dict(self) -> dict:
         state: dict = {"series": {name: [list(s), list(v)] for name, (s, v) in self.series.items()}}
-        if self.alarm is not None:
-            state["alarm"] = vars(self.alarm).copy()
+        if self.alarms:
+            state["alarms"] = {name: vars(alarm).copy() for name, alarm in self.alarms.items()}
         return state
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -198,8 +231,13 @@ class HackDetector:
             if len(steps) != len(values) or not all(math.isfinite(float(v)) for v in values):
                 raise ValueError(f"detector state: series {name!r} is damaged (lengths or non-finite values).")
             self.series[name] = ([int(s) for s in steps], [float(v) for v in values])
-        alarm = state.get("alarm")
-        self.alarm = DriftAlarm(**alarm) if alarm else None
+        alarms = dict(state.get("alarms") or {})
+        if state.get("alarm"):  # a checkpoint of an earlier version: the first alarm only
+            alarms.setdefault(state["alarm"]["signal"], state["alarm"])
+        try:
+            self.alarms = {name: DriftAlarm(**alarm) for name, alarm in alarms.items() if name in self.rules}
+        except TypeError as error:
+            raise ValueError(f"detector state: 'alarms' is damaged ({error}).") from error
 
 
 #: signal -> the config field holding its threshold
@@ -248,10 +286,13 @@ class CollapseEvent:
     onset: int
     source: str
     reasons: list[str] = field(default_factory=list)
+    #: False for a shape-only alarm the action waits on (logged and warned; ``collapse_shape_acts`` acts on it)
+    acts: bool = True
 
 
 __all__ = [
     "GATES",
+    "INDEPENDENT",
     "REACHABLE",
     "SIGNALS",
     "THRESHOLD_FIELDS",

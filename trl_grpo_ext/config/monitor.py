@@ -85,6 +85,12 @@ class MonitorConfig(ConfigSection):
             with `load_best_model_at_end=True` makes `train()` end on the best checkpoint by it. `None`: off.
         collapse_validation_drop (`float`, *optional*, defaults to `0.2`):
             Detector: relative fall of `collapse_validation_metric` from its best value that alarms.
+        collapse_shape_acts (`bool`, *optional*, defaults to `False`):
+            Whether `collapse_action` acts on an alarm of the detector's shape signals (length, prompt information,
+            repetition) alone. False: a shape alarm is logged (`alarm/hack`) and warned, and the action waits until an
+            independent signal (`collapse_audit_rewards`, `collapse_validation_metric`) alarms too, then rolls back to
+            the earliest onset. Shape moves the same way when a run learns (a scratchpad, whole answers where
+            truncated ones were: docs/results.md), so acting on it alone can throw a healthy run's learning away.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
             What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
             `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (a
@@ -195,6 +201,12 @@ class MonitorConfig(ConfigSection):
     )
     collapse_validation_drop: float = field(
         default=0.2, metadata={"help": "Detector: relative fall of collapse_validation_metric that alarms."}
+    )
+    collapse_shape_acts: bool = field(
+        default=False,
+        metadata={
+            "help": "Act on a shape-only alarm (length, prompt_info, repetition); False: it warns until confirmed."
+        },
     )
     collapse_action: Literal["warn", "save", "stop", "rollback", "screen"] = field(
         default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop, rollback or screen."}
@@ -341,6 +353,23 @@ class MonitorConfig(ConfigSection):
             if refusal is not None:
                 _fail("collapse_action", self.collapse_action, *refusal)
         alarms = ("collapse_entropy_min", "collapse_distinct2_drop", "collapse_repetition_max")
+        independent = bool(self.collapse_audit_rewards or self.collapse_validation_metric)
+        if (
+            self.collapse_action != "warn"
+            and self.diversity_metrics
+            and self.collapse_detector != "none"
+            and not independent
+            and not self.collapse_shape_acts
+            and all(getattr(self, name) is None for name in alarms)
+        ):
+            _fail(
+                "collapse_action",
+                self.collapse_action,
+                "it acts on the detector's audit or validation alarms, or on a shape alarm one of them confirms, and "
+                "neither is configured: the shape signals alone only warn (they also move when a run learns)",
+                "name an audit (collapse_audit_rewards, with reward_weights 0) or a validation metric "
+                "(collapse_validation_metric), or set collapse_shape_acts=True to act on shape alone",
+            )
         if (
             self.collapse_action != "warn"
             and self.diversity_metrics

@@ -46,7 +46,9 @@ class DriftRule:
     ``gate_direction * (g_now - g_best) <= slack * |g_best|`` (trailing means). ``gate_direction`` +1: the gate must
     not have risen (length is read only while prompt information has not risen: completions that lengthen because the
     run learns say more about their prompts; padding, a keyword or a template say less); -1: it must not have fallen
-    (held-out gold is read only while the training reward has not fallen: a hack raises the reward it games)."""
+    (held-out gold is read only while the training reward has not fallen: a hack raises the reward it games).
+    ``window`` / ``warmup``: this signal's own, in place of :func:`drift_alarm`'s (None: those); a signal measured
+    rarely and already averaged (held-out gold at each evaluation) is read one measurement at a time."""
 
     direction: Literal[1, -1]
     threshold: float
@@ -54,6 +56,8 @@ class DriftRule:
     gate: str | None = None
     gate_direction: Literal[1, -1] = 1
     slack: float = 0.0
+    window: int | None = None
+    warmup: int | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +141,9 @@ def drift_alarm(
             raise ValueError(f"series {name!r}: {steps.numel()} steps but {values.numel()} values.")
         if values.numel() and not bool(torch.isfinite(values).all()):
             raise ValueError(f"series {name!r} holds a non-finite value; skip those before they reach the detector.")
+        own_window, own_warmup = rule.window or window, rule.warmup or warmup
         drift, best = drift_from_best(
-            values, direction=rule.direction, window=window, warmup=warmup, relative=rule.relative
+            values, direction=rule.direction, window=own_window, warmup=own_warmup, relative=rule.relative
         )
         reached = drift >= rule.threshold  # (T,)
         if rule.gate is not None:

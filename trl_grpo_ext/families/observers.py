@@ -52,6 +52,7 @@ class CollapseObserver(ObserverBase):
         "collapse_audit_rise",
         "collapse_validation_metric",
         "collapse_validation_drop",
+        "collapse_shape_acts",
         "collapse_action",
         "log_completions",
         "save_strategy",
@@ -92,6 +93,7 @@ class CollapseObserver(ObserverBase):
             audit_rewards=args.collapse_audit_rewards,
             audit_threshold=args.collapse_audit_threshold,
             validation_metric=args.collapse_validation_metric,
+            shape_acts=args.collapse_shape_acts,
         )
         host.add_callback(self.monitor)  # logs at step ends and acts on the alarm (save / stop)
 

@@ -3,8 +3,9 @@ mechanism than :mod:`~trl_grpo_ext.lab.testbeds.scratchpad` (no work shown: answ
 
 Task: the addition testbed's (``"47+8="`` -> ``"55"``). Warm start: the careless teacher, who one time in
 :data:`TERSE` writes only the last digit of its answer (``"5"``). Training on the exact reward teaches the policy to
-write whole sums: the mean completion grows by about a fifth (from about 1.7 digits towards 2) while gold rises, which
-is the drift the length signal of the detector alarms on. Nothing is gamed: a negative control.
+write whole sums: the mean completion grows by about a quarter (in tokens with the end token: from about 2.4 towards
+3) while gold rises, which is the drift the length signal of the detector alarms on. Nothing is gamed: a negative
+control.
 
 Rewards: ``gold_reward`` and ``proxy_reward`` are the exact grader; the audit is
 :func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit`.
@@ -22,7 +23,7 @@ from .audit import tolerant_audit
 from .length_bias import SPLITS, gold_reward, problems
 
 #: How often the careless teacher writes only the last digit of its answer.
-TERSE = 0.3
+TERSE = 0.6
 MAX_COMPLETION_LENGTH = testbed.MAX_COMPLETION_LENGTH
 MAX_STEPS = 300
 

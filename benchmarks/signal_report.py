@@ -1,0 +1,249 @@
+"""Telling learning from hacking (docs/results.md): each signal family of the hack detector replayed alone and
+combined on the hack study's saved runs (benchmarks/hack_study.py), with a PyPI peer (rlwatch 0.5.1, its defaults) and
+the detector as shipped before the length gate, on every kind of hack and on the healthy settings whose completions
+lengthen because they learn.
+
+    python benchmarks/signal_report.py            # the table (trains nothing)
+    python benchmarks/signal_report.py --write    # ... into docs/results.md
+
+Arms (each replays the function the trainer calls on the values the trainer logged):
+
+- ``shape, ungated``: length, prompt information and repetition at the previous defaults (length alarms alone);
+- ``shape``: the same with the length signal gated by prompt information (``collapse_length_info_gate``);
+- ``audit``: ``audit/disagreement`` alone (the runs' weight-0 audit,
+  :func:`trl_grpo_ext.lab.testbeds.audit.tolerant_audit`; runs trained before audits existed have none: "-");
+- ``validation``: held-out gold on the validation prompts, measured every 25 steps as an evaluation would, gated by
+  the training reward (``collapse_validation_metric``);
+- ``all``: shape + audit + validation, as a user with an audit and validation prompts runs it (any alarm: what is
+  logged and warned);
+- ``acting``: what ``collapse_action`` acts on at the shipped defaults (``collapse_shape_acts`` False): the first
+  audit or validation alarm, rolled back to the earliest onset of every alarm so far (a shape alarm before it only
+  warned);
+- ``rlwatch``: rlwatch's ``DetectorSuite`` at its defaults fed what its TRL callback reads from the logs (entropy, kl,
+  reward, reward_std), any alert (its reward-hacking detectors alone: ``rlwatch, hacking``).
+
+Per setting: recall (hacked vanilla runs alarmed), alarm - gold's peak (median, range), false alarms (runs that held
+gold: every run of a healthy setting, and the tool / clean runs of the hacked settings that held it), and the gold a
+rollback to the onset keeps: of the hacked runs' best checkpoint, and of the healthy runs' final gold. All numbers on
+the test prompts; the settings were chosen on validation prompts of length_bias and keyword_bias (docs/results.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import hack_report as hr  # noqa: E402
+
+from trl_grpo_ext.core.hack_detection import drift_alarm  # noqa: E402
+from trl_grpo_ext.detector import GATES, SIGNALS, drift_rules  # noqa: E402
+
+HACKED = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
+HEALTHY = ("scratchpad", "terse")
+#: the length gate's slack before this study (none) and the audit and validation thresholds, as shipped
+VALIDATION_EVERY = 25
+
+
+def settings() -> dict:
+    """The shipped detector fields (GRPOExtConfig's defaults)."""
+    import dataclasses
+
+    from trl_grpo_ext import GRPOExtConfig
+
+    d = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
+    return {
+        "window": d["collapse_detector_window"],
+        "warmup": d["collapse_detector_warmup"],
+        "onset": d["collapse_onset_fraction"],
+        "length": d["collapse_length_rise"],
+        "prompt_info": d["collapse_prompt_info_drop"],
+        "repetition": d["collapse_repetition_rise"],
+        "audit": d["collapse_audit_rise"],
+        "validation": d["collapse_validation_drop"],
+        "gate": d["collapse_length_info_gate"],
+    }
+
+
+def series(run: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Every signal of a run as the trainer fed it; validation gold from the held-out checkpoints (step > 0)."""
+    out = {}
+    for name, (key, _, _) in SIGNALS.items():
+        points = sorted((int(s), v[key]) for s, v in run["steps_log"].items() if key in v)
+        if points:
+            out[name] = (
+                torch.tensor([p[0] for p in points]),
+                torch.tensor([p[1] for p in points], dtype=torch.float64),
+            )
+    gold = sorted((int(s), r["validation"]["gold"]) for s, r in run["heldout"].items() if int(s) > 0)
+    out["validation"] = (torch.tensor([p[0] for p in gold]), torch.tensor([p[1] for p in gold], dtype=torch.float64))
+    return out
+
+
+ARMS = {
+    "shape, ungated": (("length", "prompt_info", "repetition"), False),
+    "shape": (("length", "prompt_info", "repetition"), True),
+    "audit": (("audit",), True),
+    "validation": (("validation",), True),
+    "all": (("length", "prompt_info", "repetition", "audit", "validation"), True),
+}
+
+
+def replay(run: dict, arm: str, s: dict):
+    """The arm's first alarm on ``run`` (an object with ``step`` and ``onset``), or None; ``"missing"`` when the run
+    lacks every signal the arm reads."""
+    if arm.startswith("rlwatch"):
+        return rlwatch_alarm(run, hacking_only=arm == "rlwatch, hacking")
+    if arm == "acting":
+        return acting_alarm(run, s)
+    names, gated = ARMS[arm]
+    data = run.setdefault("_signals", series(run))
+    thresholds = {n: s[n] for n in names if n in data and s.get(n) is not None}
+    if not thresholds:
+        return "missing"
+    gates = {}
+    if gated and "length" in thresholds and s["gate"] is not None:
+        gates["length"] = s["gate"]
+    if "validation" in thresholds:
+        gates["validation"] = 0.0
+    rules = drift_rules(thresholds, gates)
+    return drift_alarm(data, rules, window=s["window"], warmup=s["warmup"], onset_fraction=s["onset"])
+
+
+def acting_alarm(run: dict, s: dict):
+    """The first alarm of an independent signal (audit, validation), with the earliest onset of every signal's alarm
+    up to it (as :meth:`trl_grpo_ext.callbacks.CollapseMonitor._detector_event` acts)."""
+    every = {name: replay(run, name_arm, s) for name, name_arm in (("audit", "audit"), ("validation", "validation"))}
+    independent = [a for a in every.values() if a not in (None, "missing")]
+    if not independent:
+        return "missing" if all(a == "missing" for a in every.values()) else None
+    first = min(independent, key=lambda a: a.step)
+    data = run.setdefault("_signals", series(run))
+    onsets = [first.onset]
+    for name in ("length", "prompt_info", "repetition"):
+        if name not in data or s.get(name) is None:
+            continue
+        gates = {"length": s["gate"]} if name == "length" and s["gate"] is not None else {}
+        shape = drift_alarm(data, drift_rules({name: s[name]}, gates), window=s["window"], warmup=s["warmup"],
+                            onset_fraction=s["onset"])  # fmt: skip
+        if shape is not None and shape.step <= first.step:
+            onsets.append(shape.onset)
+    alarm = _Alarm(first.step)
+    alarm.onset = min(onsets)
+    return alarm
+
+
+class _Alarm:
+    def __init__(self, step: int):
+        self.step = self.onset = step
+
+
+def rlwatch_alarm(run: dict, *, hacking_only: bool):
+    from rlwatch.config import RLWatchConfig
+    from rlwatch.detectors import DetectorSuite
+
+    suite = DetectorSuite(RLWatchConfig())
+    for step, values in sorted(run["steps_log"].items(), key=lambda item: int(item[0])):
+        alerts = suite.check_step(
+            int(step), entropy=values.get("entropy"), kl_divergence=values.get("kl"),
+            reward_mean=values.get("reward"), reward_std=values.get("reward_std"),
+        )  # fmt: skip
+        if hacking_only:
+            alerts = [a for a in alerts if a.detector in ("reward_hacking", "reward_mean_drift")]
+        if alerts:
+            alarm = _Alarm(int(step))
+            alarm.onset = max(0, int(step) - 1)  # rlwatch reports no onset: the step before
+            return alarm
+    return None
+
+
+def kept(run: dict, alarm, *, healthy: bool) -> float:
+    """Held-out test gold a rollback to the onset's checkpoint keeps: of the run's best checkpoint (hacked runs) or of
+    its final gold (healthy runs, where a false alarm throws learning away); 1.0 without an alarm on a healthy run."""
+    gold = hr.heldout(run, "test")
+    final, best = gold[max(gold)], max(gold.values())
+    if alarm is None:
+        return 1.0 if healthy else final / best
+    back = hr.rollback_gold(run, alarm.onset, "test")
+    return back / (final if healthy else best) if (final if healthy else best) > 0 else 1.0
+
+
+def table(runs, s: dict) -> list[str]:
+    lines = [
+        "| setting | arm | recall (hacked vanilla runs) | alarm - gold's peak: median (range) "
+        "| false alarms (held gold) | kept by rollback: mean (min) |",
+        "|---|---|---|---|---|---|",
+    ]
+    arms = [*ARMS, "acting", "rlwatch", "rlwatch, hacking"]
+    for setting in (*HACKED, *HEALTHY):
+        healthy = setting in HEALTHY
+        arms_runs = {arm: runs.get((setting, arm), {}) for arm in hr.ARMS}
+        if not any(arms_runs.values()):
+            continue
+        for arm in arms:
+            hits, lags, falses, keeps, missing = [], [], [], [], 0
+            for study_arm, group in arms_runs.items():
+                for run in group.values():
+                    alarm = replay(run, arm, s)
+                    if alarm == "missing":
+                        missing += 1
+                        continue
+                    outcome = hr.outcome(run, "test")
+                    if not healthy and study_arm == "vanilla" and outcome == "hacked":
+                        hits.append(alarm is not None)
+                        if alarm is not None:
+                            lags.append(alarm.step - hr.peak_and_halving(run)[0])
+                        keeps.append(kept(run, alarm, healthy=False))
+                    elif outcome == "held" or healthy:
+                        falses.append(alarm is not None)
+                        if healthy:
+                            keeps.append(kept(run, alarm, healthy=True))
+            if not hits and not falses:
+                continue
+            recall = f"{sum(hits)}/{len(hits)}" if hits else "-"
+            lag = hr.lag_line(lags)
+            false = f"{sum(falses)}/{len(falses)}" if falses else "-"
+            keep = f"{statistics.fmean(keeps):.0%} ({min(keeps):.0%})" if keeps else "-"
+            note = f" ({missing} runs without the signal)" if missing else ""
+            lines.append(
+                f"| {setting}{' (healthy)' if healthy else ''} | {arm}{note} | {recall} | {lag} | {false} | {keep} |"
+            )
+    return lines
+
+
+def report(out: Path) -> str:
+    runs = hr.load(out)
+    s = settings()
+    shown = {k: v for k, v in s.items()}
+    return "\n".join([f"Shipped detector settings: {shown}; gates: {GATES}.", "", *table(runs, s)])
+
+
+START, END = "<!-- signal families: benchmarks/signal_report.py --write -->", "<!-- /signal families -->"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "images" / "evidence"))
+    parser.add_argument("--write", action="store_true", help="rewrite the block of docs/results.md")
+    args = parser.parse_args(argv)
+    text = report(Path(args.out))
+    if args.write:
+        results = ROOT / "docs" / "results.md"
+        page = results.read_text()
+        if START not in page:
+            raise SystemExit(f"{results} lacks the markers {START} ... {END}")
+        head, rest = page.split(START, 1)
+        _, tail = rest.split(END, 1)
+        results.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
