@@ -36,7 +36,7 @@ from trl_grpo_ext.detector import SIGNALS, drift_rules  # noqa: E402
 from trl_grpo_ext.lab.evaluation import gold_peak, smoothed_gold  # noqa: E402
 from trl_grpo_ext.lab.stats import cluster_bootstrap  # noqa: E402
 
-TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias")
+TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
 ARMS = ("vanilla", "tools", "clean")
 #: The testbeds the settings are chosen on (validation prompts); the others are held out while choosing.
 TUNED_ON = ("length_bias", "keyword_bias")
@@ -68,15 +68,22 @@ def load(out: Path) -> dict[tuple[str, str], dict[tuple[int, int], dict]]:
 def series(run: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The detector's inputs of a run: signal -> (steps, values), as the trainer fed them."""
     out = {}
-    for name, (key, _, _) in SIGNALS.items():
+    for name in SHAPE:
+        key = SIGNALS[name][0]
         points = [(int(s), v[key]) for s, v in run["steps_log"].items() if key in v]
         points.sort()
         out[name] = (torch.tensor([p[0] for p in points]), torch.tensor([p[1] for p in points], dtype=torch.float64))
     return out
 
 
+#: The shape signals this report replays (the detector's gold-free part; benchmarks/signal_report.py replays the rest).
+SHAPE = ("length", "prompt_info", "repetition")
+
+
 def replay(run: dict, settings: dict) -> DriftAlarm | None:
-    rules = drift_rules({name: settings[name] for name in SIGNALS if settings.get(name) is not None})
+    thresholds = {name: settings[name] for name in SHAPE if settings.get(name) is not None}
+    gates = {"length": settings["gate"]} if settings.get("gate") is not None and "length" in thresholds else {}
+    rules = drift_rules(thresholds, gates)
     if not rules:
         return None
     cached = run.setdefault("_series", series(run))
@@ -188,7 +195,7 @@ def tune(runs) -> tuple[dict, list[str]]:
     best, best_score = None, None
     for values in itertools.product(*GRID.values()):
         settings = dict(zip(GRID, values, strict=True))
-        if all(settings[s] is None for s in SIGNALS):
+        if all(settings[s] is None for s in SHAPE):
             continue
         result = score(judge(runs, settings, "validation", TUNED_ON))
         if best_score is None or result > best_score:
@@ -398,6 +405,7 @@ def shipped_settings() -> dict:
         "prompt_info": defaults["collapse_prompt_info_drop"],
         "repetition": defaults["collapse_repetition_rise"],
         "onset": defaults["collapse_onset_fraction"],
+        "gate": defaults["collapse_length_info_gate"],
     }
 
 

@@ -36,7 +36,13 @@ ARMS = ("vanilla", "tools", "clean")
 #: What acting on the detector gives, trained for real (not part of the default arms): vanilla with
 #: ``collapse_action: rollback`` and a checkpoint every :data:`EVAL_EVERY` steps; its final model (the restored one) is
 #: evaluated, to check that the report's rollback numbers (read off the vanilla runs' checkpoints) are what a run gets.
-ROLLBACK = {"collapse_action": "rollback", "save_strategy": "steps", "save_steps": 25, "save_total_limit": None}
+ROLLBACK = {
+    "collapse_action": "rollback",
+    "collapse_shape_acts": True,  # what hack_report reads off the vanilla runs' checkpoints: acting on shape alone
+    "save_strategy": "steps",
+    "save_steps": 25,
+    "save_total_limit": None,
+}
 #: Held-out evaluation: samples per prompt (at the training temperature) and the checkpoint spacing (also the
 #: spacing of the checkpoints a rollback can return to).
 EVAL_SAMPLES = 8

@@ -168,11 +168,19 @@ DEFAULT_CONFIG: dict = {
     "output_dir": "outputs/math_grpo_default",
     "model_name_or_path": TINY_MODEL,
     "synthetic_task": "length_bias",
-    "reward_funcs": ["length_proxy"],
+    # the proxy it trains on; an audit (a second grader, logged, never trained on); the exact answer, logged at weight
+    # 0 so that evaluation on the held-out validation prompts logs held-out gold (eval_rewards/exact_answer/mean)
+    "reward_funcs": ["length_proxy", "tolerant_audit", "exact_answer"],
+    "reward_weights": [1.0, 0.0, 0.0],
     "seed": 0,
     **length_bias.grpo_settings(),
     **length_bias.TOOLS,
     **length_bias.MONITOR,
+    "collapse_audit_rewards": ["tolerant_audit"],
+    "collapse_validation_metric": "rewards/answer_reward/mean",  # TRL names a reward function by its __name__
+    "eval_strategy": "steps",
+    "eval_steps": 25,
+    "per_device_eval_batch_size": 64,
 }
 DEFAULT_ARGS = _flags(DEFAULT_CONFIG)
 
@@ -364,7 +372,7 @@ def heldout_evaluator(script_args, training_args, tokenizer):
 
 
 def train_once(
-    model_path, args: GRPOExtConfig, reward_funcs, train, tokenizer, step_funcs, callbacks=()
+    model_path, args: GRPOExtConfig, reward_funcs, train, tokenizer, step_funcs, callbacks=(), eval_dataset=None
 ) -> GRPOExtTrainer:
     set_seed(args.seed)
     trainer = GRPOExtTrainer(
@@ -372,6 +380,7 @@ def train_once(
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=train,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         step_reward_funcs=step_funcs if args.advantage_estimator == "prm" else None,
         callbacks=list(callbacks),
@@ -464,6 +473,16 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
             synthetic_num_ops=script_args.synthetic_num_ops,
         )
     evaluate = heldout_evaluator(script_args, training_args, tokenizer)
+    # TRL's own evaluation (eval_strategy): the held-out validation prompts of the synthetic tasks that have them
+    eval_dataset = None
+    if str(getattr(training_args.eval_strategy, "value", training_args.eval_strategy)) != "no":
+        if not (synthetic and script_args.synthetic_task == "length_bias"):
+            raise ValueError(
+                "eval_strategy is set, but this recipe has held-out evaluation prompts for synthetic_task=length_bias "
+                "only. Fix: set eval_strategy='no' (the recipe's own held-out evaluation still runs), or use "
+                "synthetic_task=length_bias."
+            )
+        eval_dataset = length_bias.problems("validation")
     summary: dict = {"task": script_args.synthetic_task if synthetic else script_args.dataset_name}
     # Every process evaluates, the main one keeps the numbers: under FSDP / ZeRO-3 a forward is a collective.
     if evaluate is not None:
@@ -497,7 +516,7 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
         checkpoints = checkpoint_evaluator(script_args, vanilla_args, evaluate, tokenizer)
         vanilla = train_once(
             model_path, vanilla_args, rewards_of("vanilla"), train, tokenizer, step_funcs,
-            [checkpoints] if checkpoints else (),
+            [checkpoints] if checkpoints else (), eval_dataset,
         )  # fmt: skip
         histories["vanilla"] = vanilla.state.log_history
         train_info["vanilla_final_entropy"] = _last(vanilla.state.log_history, "entropy")
@@ -516,7 +535,7 @@ def main(script_args: MathScriptArguments, training_args: GRPOExtConfig, model_a
     checkpoints = checkpoint_evaluator(script_args, training_args, evaluate, tokenizer)
     trainer = train_once(
         model_path, training_args, rewards_of("tools"), train, tokenizer, step_funcs,
-        [checkpoints] if checkpoints else (),
+        [checkpoints] if checkpoints else (), eval_dataset,
     )  # fmt: skip
     histories["tools"] = trainer.state.log_history
     if evaluate is not None:
@@ -562,11 +581,19 @@ def alarm_steps(trainer: GRPOExtTrainer) -> list[int]:
 
 
 def hack_alarm(trainer: GRPOExtTrainer) -> dict | None:
-    """The hack detector's first alarm (``collapse_detector``): its step, onset and signal; None if it never fired or
-    is off."""
+    """The hack detector's first alarm (``collapse_detector``): its step, onset and signal, each signal's first alarm
+    (``signals``) and the first alarm the action would act on (``acted``: an audit or validation alarm, or a shape
+    alarm they confirmed; see docs/monitoring.md); None if it never fired or is off."""
     monitor = trainer.collapse_monitor
     alarm = monitor.detector.alarm if monitor is not None and monitor.detector is not None else None
-    return None if alarm is None else {"step": alarm.step, "onset": alarm.onset, "signal": alarm.signal}
+    if alarm is None:
+        return None
+    acted = monitor.action_event
+    return {
+        "step": alarm.step, "onset": alarm.onset, "signal": alarm.signal,
+        "signals": {name: {"step": a.step, "onset": a.onset} for name, a in sorted(monitor.detector.alarms.items())},
+        "acted": None if acted is None else {"step": acted.step, "onset": acted.onset},
+    }  # fmt: skip
 
 
 def _last(history: list[dict], key: str):
@@ -665,12 +692,21 @@ def print_length_summary(summary: dict, rows: list) -> None:
         if f"{prefix}hack_alarm" not in train:
             continue
         alarm, peak = train[f"{prefix}hack_alarm"], train.get(f"{prefix}gold_peak")
-        fired = f"step {alarm['step']} ({alarm['signal']}, onset step {alarm['onset']})" if alarm else "never"
+        signals = (alarm or {}).get("signals", {})
+        shape = {k: v for k, v in signals.items() if k not in ("audit", "validation")}
+        first = min(shape.items(), key=lambda item: item[1]["step"]) if shape else None
+        fired = f"step {first[1]['step']} ({first[0]}, onset step {first[1]['onset']})" if first else "never"
+        independent = ", ".join(
+            f"{what} at step {signals[key]['step']}" if key in signals else f"{what} never"
+            for key, what in (("audit", "audit"), ("validation", "held-out gold"))
+        )
+        acted = (alarm or {}).get("acted")
+        acts = f"acts at step {acted['step']} (onset {acted['onset']})" if acted else "no action"
         where = ""
         if peak is not None:
             halved = f", under half of it from step {peak['halved_at']}" if peak["halved_at"] else ", never halved"
             where = f"; gold of its training batches peaked at step {peak['step']} ({peak['gold']:.2f}{halved})"
-        print(f"hack detector ({name}, gold-free): fired at {fired}{where}")
+        print(f"hack detector ({name}): shape (gold-free) {fired}; {independent}; {acts}{where}")
 
 
 def print_summary(summary: dict, output_dir: str) -> None:

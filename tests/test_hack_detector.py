@@ -208,8 +208,9 @@ def _stub_trainer(**args):
 
     fields = {"save_strategy": "steps", "save_total_limit": None, "log_completions": False, **args}
     return SimpleNamespace(
-        args=SimpleNamespace(**fields), state=SimpleNamespace(global_step=0), _logs={"completion": []}
-    )
+        args=SimpleNamespace(**fields), state=SimpleNamespace(global_step=0), _logs={"completion": []},
+        reward_func_names=["proxy", "strict"], reward_weights=torch.tensor([1.0, 0.0]),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -518,6 +519,9 @@ def test_two_processes_alarm_and_roll_back_alike(tmp_path):
         assert view["global_step"] == step < 16
         assert view["checkpoint_step"] == max(s for s in range(0, step + 1, 2) if s <= onset)
         assert view["equals_checkpoint"]
+        # the audit (weight 0): logged at every step alike on both ranks, and read by the detector
+        assert len(view["audit"]) == step and any(v is not None for v in view["audit"])
+        assert view["audit_series"] is not None and view["audit_series"][0]
 
 
 @pytest.mark.slow
@@ -837,6 +841,10 @@ def test_validation_gold_alarms_when_it_falls_while_the_reward_rises():
         assert (watched.event is not None) == fires
         if fires:
             assert (watched.event.step, watched.event.onset, watched.event.source) == (3, 2, "detector")
+    with pytest.raises(ValueError, match=r"names the reward function 'exact'.*\['rewards/proxy/mean'"):
+        detector = HackDetector({"validation": 0.2}, window=1, warmup=1, gates={"validation": 0.0})
+        CollapseMonitor(_stub_trainer(), metrics=["repetition"], detector=detector,
+                        validation_metric="rewards/exact/mean")  # fmt: skip
     with pytest.raises(ValueError, match="lacks.*'validation'"):
         CollapseMonitor(_stub_trainer(), metrics=["repetition"], validation_metric="rewards/strict/mean",
                         detector=HackDetector({"length": 0.1}, window=1, warmup=1))  # fmt: skip

@@ -462,9 +462,14 @@ def test_dashboard_spec_without_network(capsys):
     assert {f"train/{k}" for k in monitor_metric_keys(ngram_sizes=(1, 2))} <= shown
     panels = {p.y[0] for s in workspace.sections for p in s.panels}
     assert {"train/kl/beta", "train/diversity/distinct_2", "train/entropy/p10", "train/alarm/collapse"} <= panels
-    dashboard.main(["--entity", "my-entity", "--project", "my-project", "--dry-run"])
+    assert {"train/audit/disagreement", "train/audit/flagged_frac"} <= set(
+        dashboard.sections()["Learning or hacking: audits"]
+    )
+    dashboard.main(["--entity", "my-entity", "--project", "my-project", "--dry-run",
+                    "--validation_metric", "rewards/strict/mean"])  # fmt: skip
     spec = json.loads(capsys.readouterr().out)
     assert spec["entity"] == "my-entity" and "train/kl/beta" in json.dumps(spec)
+    assert "eval/rewards/strict/mean" in json.dumps(spec)
 
 
 def test_every_plotted_and_grouped_metric_is_declared_once():

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -303,6 +304,7 @@ class CollapseMonitor(TrainerCallback):
             else f"eval_{validation_metric}"
         )
         self._alarm_to_log = False
+        self._check_validation_key()
         if self.audit_rewards:
             self._audit_columns()  # the names and weights checked now, not at the first batch
         #: screening (``alarm_action="screen"``) is on: GRPOExtTrainer zeroes the advantages of ``last_flags``' rows
@@ -374,6 +376,21 @@ class CollapseMonitor(TrainerCallback):
             for key, value in self.diversity_metrics(ids, mask, group_size=group_size, repetition=rates).items():
                 if math.isfinite(value):
                     self._log("eval", key, value)
+
+    def _check_validation_key(self) -> None:
+        """A validation metric of the form ``rewards/<name>/<stat>`` must name a reward function of the trainer (TRL
+        names a function by its ``__name__``): otherwise no evaluation would log it and the signal would stay silent."""
+        match = re.fullmatch(r"eval_rewards/(.+)/(mean|std)", self.validation_key or "")
+        if match is None:
+            return
+        names = list(self.source.reward_func_names)
+        if match.group(1) not in names:
+            raise ValueError(
+                f"collapse_validation_metric {self.validation_key.removeprefix('eval_')!r} names the reward function "
+                f"{match.group(1)!r}, which this trainer does not have (reward_func_names: {names}); no evaluation "
+                f"would log it. Fix: pass the strict reward in reward_funcs (at weight 0) and name it as TRL does: "
+                f"one of {[f'rewards/{n}/mean' for n in names]}."
+            )
 
     def _audit_columns(self) -> list[int]:
         """The columns of ``rewards_per_func`` that are audits; a name that is not a reward function of the trainer,

@@ -24,7 +24,9 @@ def base_sections() -> dict[str, list[str]]:
     return {
         "KL": [trl["kl"], trl["clip_ratio/region_mean"]],
         "Entropy": [trl["entropy"], *(f"train/{k}" for k in monitor if k.startswith("entropy/"))],
-        "Diversity and collapse": [f"train/{k}" for k in monitor if not k.startswith("entropy/")],
+        "Diversity and collapse": [f"train/{k}" for k in monitor if not k.startswith(("entropy/", "audit/"))],
+        # what tells learning from hacking: the audits' disagreement with the training reward (docs/monitoring.md)
+        "Learning or hacking: audits": [trl["reward"], *(f"train/{k}" for k in monitor if k.startswith("audit/"))],
         # the hack detector: its alarm (a spike at the step it fires), its score and the three signals it reads
         "Hack detector": [
             "train/alarm/hack",
@@ -39,12 +41,15 @@ def base_sections() -> dict[str, list[str]]:
     }
 
 
-def sections() -> dict[str, list[str]]:
+def sections(validation_metric: str | None = None) -> dict[str, list[str]]:
     """The dashboard's sections: :func:`base_sections`, then one per family listing its members' declared metrics,
-    so a new member shows up without editing this file."""
+    so a new member shows up without editing this file. ``validation_metric`` (``collapse_validation_metric``, e.g.
+    ``rewards/strict/mean``): held-out gold at evaluation beside the training reward, in the audits' section."""
     from .families import FAMILIES
 
     out = base_sections()
+    if validation_metric:
+        out["Learning or hacking: audits"].append(f"eval/{validation_metric.removeprefix('eval_')}")
     for switch, registry in FAMILIES.items():
         keys = list(dict.fromkeys(f"train/{m}" for name in registry.names() for m in registry.get(name).metrics))
         if keys:
@@ -52,7 +57,7 @@ def sections() -> dict[str, list[str]]:
     return out
 
 
-def build_workspace(entity: str, project: str, name: str = "GRPO collapse watch"):
+def build_workspace(entity: str, project: str, name: str = "GRPO collapse watch", validation_metric: str | None = None):
     """The workspace object (nothing is sent): one line plot per metric, grouped in sections."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
@@ -63,7 +68,7 @@ def build_workspace(entity: str, project: str, name: str = "GRPO collapse watch"
             is_open=True,
             panels=[wr.LinePlot(title=key.removeprefix("train/"), x="train/global_step", y=[key]) for key in keys],
         )
-        for title, keys in sections().items()
+        for title, keys in sections(validation_metric).items()
     ]
     return ws.Workspace(entity=entity, project=project, name=name, sections=panels_by_section)
 
@@ -73,9 +78,12 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--entity", required=True)
     parser.add_argument("--project", required=True)
     parser.add_argument("--name", default="GRPO collapse watch")
+    parser.add_argument(
+        "--validation_metric", default=None, help="collapse_validation_metric: held-out gold beside the reward"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the spec, do not save")
     args = parser.parse_args(argv)
-    workspace = build_workspace(args.entity, args.project, args.name)
+    workspace = build_workspace(args.entity, args.project, args.name, args.validation_metric)
     if args.dry_run:
         # The view spec wandb-workspaces would send (its internal model; nothing leaves the machine).
         print(json.dumps(workspace._to_model().model_dump(mode="json", by_alias=True), indent=1, default=str))

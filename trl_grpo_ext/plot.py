@@ -34,6 +34,7 @@ PANELS = {
             ["filter/kept_frac", "clip_cov/selected_frac", "kl_cov/selected_frac", "clip_ratio/region_mean"],
         ),
         ("collapse alarm / hack detector", ["alarm/collapse", "alarm/hack", "alarm/hack_score"]),
+        ("audit (reward favours, audit fails)", ["audit/disagreement", "audit/flagged_frac"]),
     ],
 }
 
@@ -129,6 +130,17 @@ def hack_alarm_step(history: list[dict]) -> int | None:
     return next((h["step"] for h in history if h.get("alarm/hack", 0.0) > 0 and "step" in h), None)
 
 
+def _held_out(runs: dict[str, list[dict]], title: str) -> list[str]:
+    """The reward panel also draws every reward function's mean at evaluation (``eval_rewards/<name>/mean``, held-out
+    prompts: validation gold beside the training reward); other panels nothing more."""
+    if title != "reward":
+        return []
+    keys = {
+        k for hist in runs.values() for h in hist for k in h if k.startswith("eval_rewards/") and k.endswith("/mean")
+    }
+    return sorted(keys)
+
+
 def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
     """Write the panel figures for ``{label: log_history}`` into ``out_dir``; returns the files written."""
     import matplotlib
@@ -141,7 +153,7 @@ def plot_runs(runs: dict[str, list[dict]], out_dir: str | Path) -> list[Path]:
     written = []
     for figure, figure_panels in panels().items():
         present = [
-            (title, [k for k in keys if any(k in h for hist in runs.values() for h in hist)])
+            (title, [k for k in keys + _held_out(runs, title) if any(k in h for hist in runs.values() for h in hist)])
             for title, keys in figure_panels
         ]
         present = [(title, keys) for title, keys in present if keys]

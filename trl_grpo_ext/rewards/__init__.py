@@ -35,7 +35,7 @@ def _registries() -> None:
     of floats per completion, one per step) once."""
     from ..core.registry import Registry
     from ..lab import testbed, testkit  # the offline tasks' rewards, named by the recipe's configs
-    from ..lab.testbeds import forks, length_bias
+    from ..lab.testbeds import audit, forks, length_bias
     from .math import boxed_format_reward, math_accuracy_reward
 
     rewards = Registry("reward_func", symbol="REWARD_FUNCS")
@@ -45,6 +45,7 @@ def _registries() -> None:
     rewards.register("exact_answer")(testbed.answer_reward)
     rewards.register("forks_right")(forks.gold_reward)
     rewards.register("length_proxy")(length_bias.proxy_reward)
+    rewards.register("tolerant_audit")(audit.tolerant_audit)
     rewards.register("final_answer")(testkit.final_answer_reward)
     rewards.register("exact_match")(testkit.exact_match_reward)
     rewards.register("digit_fraction")(testkit.digit_fraction_reward)
