@@ -141,7 +141,10 @@ def run_one(job: dict) -> dict:
     # the audit: computed and logged, never trained on (weight 0), with a blind spot of its own (lab.testbeds.audit)
     from trl_grpo_ext.lab.testbeds.audit import tolerant_audit
 
-    config = {**config, "reward_weights": [1.0, 0.0], "collapse_audit_rewards": ["tolerant_audit"]}
+    # the rollback arm checks hack_report's reading of the shape detector alone: the audit is computed (the same
+    # trajectory) but not named to the detector there
+    audits = [] if job["arm"] == "rollback" else ["tolerant_audit"]
+    config = {**config, "reward_weights": [1.0, 0.0], "collapse_audit_rewards": audits}
     args = GRPOExtConfig(**config, output_dir=output_dir, disable_tqdm=True)
     train = testbed.addition_problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
     checkpoints = Checkpoints()

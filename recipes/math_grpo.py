@@ -701,7 +701,7 @@ def print_length_summary(summary: dict, rows: list) -> None:
             for key, what in (("audit", "audit"), ("validation", "held-out gold"))
         )
         acted = (alarm or {}).get("acted")
-        acts = f"acts at step {acted['step']} (onset {acted['onset']})" if acted else "no action"
+        acts = f"collapse_action acts at step {acted['step']} (onset {acted['onset']})" if acted else "no action"
         where = ""
         if peak is not None:
             halved = f", under half of it from step {peak['halved_at']}" if peak["halved_at"] else ", never halved"

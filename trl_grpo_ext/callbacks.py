@@ -213,6 +213,9 @@ class CollapseMonitor(TrainerCallback):
             independent signal (an audit, validation gold) alarms too (``GRPOExtTrainer``: ``collapse_shape_acts``,
             default False). A detector of shape signals only, with an action other than ``"warn"`` and no
             ``alarm_*`` threshold, needs it.
+        rollback_then: after a ``"rollback"``: ``"end"`` (training ends, then the restore) or ``"screen"`` (the
+            restore at once, TRL's buffered generation batch dropped, screening on, and training goes on to
+            ``max_steps``; once per run: later alarms warn only; needs ``GRPOExtTrainer`` and audits).
     """
 
     def __init__(
@@ -235,6 +238,7 @@ class CollapseMonitor(TrainerCallback):
         audit_threshold: float = 0.5,
         validation_metric: str | None = None,
         shape_acts: bool = False,
+        rollback_then: str = "end",
     ):
         unknown = set(metrics) - set(METRICS)
         if unknown:
@@ -284,6 +288,18 @@ class CollapseMonitor(TrainerCallback):
             )
         if alarm_action == "screen" and not audit_rewards:
             raise ValueError("CollapseMonitor: alarm_action='screen' needs audit_rewards (the audits that flag).")
+        if rollback_then not in ("end", "screen"):
+            raise ValueError(f"CollapseMonitor: rollback_then={rollback_then!r}; choose 'end' or 'screen'.")
+        if rollback_then == "screen" and not (fed and audit_rewards):
+            raise ValueError(
+                "CollapseMonitor: rollback_then='screen' continues with the audits' flagged completions screened, "
+                "which needs GRPOExtTrainer and audit_rewards. Fix: name the audits, or rollback_then='end'."
+            )
+        self.rollback_then = rollback_then
+        #: the alarm a rollback that continued answered (then training went on from its onset's checkpoint)
+        self.continued_from: CollapseEvent | None = None
+        #: every rollback of the run, in order (``rollback``: the last, as written to ``collapse_rollback.json``)
+        self.rollbacks: list[dict] = []
         # the Host of a GRPOExtTrainer feeds the monitor (observe_generation, record_entropy); a plain GRPOTrainer is
         # read through its adapter
         self.source = trainer if fed else PlainTRLSource(trainer)
@@ -336,6 +352,8 @@ class CollapseMonitor(TrainerCallback):
         self.action_event: CollapseEvent | None = None
         self._calm_step = 0
         self._can_roll_back = False
+        # the trainer's arguments and state at the last callback (a rollback that continues acts inside one)
+        self._args = self._state = None
         self._metric_seen: dict[str, tuple[list | None, int]] = {}
         self.every = every
         self.baseline_distinct2: float | None = None
@@ -506,9 +524,10 @@ class CollapseMonitor(TrainerCallback):
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        if self._rollback_event is not None and self.rollback is None:
+        if self._rollback_event is not None:
             with _clock(self.source):
                 self._roll_back(args, state)
+            self._rollback_event = None
         return control
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
@@ -516,6 +535,7 @@ class CollapseMonitor(TrainerCallback):
         # (which may reuse its generation batch and log no new completions) does not measure them as training data.
         if not self.fed_by_trainer:
             self.source.mark_completions_seen()
+        self._args, self._state = args, state
         if self.validation_key is not None and self.detector is not None:
             value = (metrics or {}).get(self.validation_key)
             if value is None:
@@ -660,6 +680,13 @@ class CollapseMonitor(TrainerCallback):
                 "acts on shape alone).", event.step, "; ".join(event.reasons), self.alarm_action,
             )  # fmt: skip
             return
+        if self.continued_from is not None:
+            logger.warning(
+                "%s at step %d: %s. The run rolled back at step %d and screens what the audits flag since; this alarm "
+                "warns only.", "Hack detector" if event.source == "detector" else "Collapse alarm", event.step,
+                "; ".join(event.reasons), self.continued_from.step,
+            )  # fmt: skip
+            return
         if self.action_event is None:
             self.action_event = event
         action = self._choose(event)
@@ -676,6 +703,14 @@ class CollapseMonitor(TrainerCallback):
                     "Screening from step %d: the completions an audit flags train with advantage 0.", event.step + 1
                 )
             self.screening = True
+        elif action == "rollback" and self.rollback_then == "screen":
+            # restore now and train on, screening what the audits flag (once per run)
+            self._rollback_event = event
+            self._roll_back(self._args, self._state, then="screen")
+            self._rollback_event = None
+            self.continued_from, self.action_event = event, None  # the restored state is before the alarm
+            self.screening = True
+            self.source.discard_buffered_rollouts()  # TRL's buffered completions are the alarmed policy's
         elif action == "rollback":
             # the state at the alarm is saved too (with the alarm in its monitor state, so resuming from it raises the
             # alarm again instead of training on silently from the hacked weights)
@@ -721,14 +756,14 @@ class CollapseMonitor(TrainerCallback):
         with open(path) as f:
             self.load_state_dict(json.load(f))
 
-    def _roll_back(self, args, state) -> None:
+    def _roll_back(self, args, state, then: str = "end") -> None:
         """Restore the newest complete checkpoint this run saved at or before the onset (checkpoints.rollback_target);
         one that fails to load is reported and the next earlier one tried. What was restored, what was not and what
         was passed over go to ``output_dir/collapse_rollback.json``."""
         event = self._rollback_event
         record: dict = {"alarm_step": event.step, "onset_step": event.onset, "source": event.source}
         record["reasons"] = event.reasons
-        record.update(restored=None, checkpoint_step=None, optimizer_restored=False, skipped={})
+        record.update(restored=None, checkpoint_step=None, optimizer_restored=False, skipped={}, then=then)
         saved, before = set(self.saved_steps), event.onset
         while True:
             target = rollback_target(args.output_dir, before=before, own_steps=saved)
@@ -765,6 +800,9 @@ class CollapseMonitor(TrainerCallback):
             break
         self.saved_steps |= saved  # the restored monitor state's list is the checkpoint's: keep the run's
         self._resumed_event = None  # the restored state is before the alarm
+        if self.rollbacks:  # an earlier rollback that continued: the file keeps it
+            record["previous"] = [dict(r) for r in self.rollbacks]
+        self.rollbacks.append({k: v for k, v in record.items() if k != "previous"})
         self.rollback = record
         if state.is_world_process_zero:
             os.makedirs(args.output_dir, exist_ok=True)
@@ -783,6 +821,8 @@ class CollapseMonitor(TrainerCallback):
         state["calm_step"] = self._calm_step
         if self.screening:
             state["screening"] = True
+        if self.continued_from is not None:
+            state["continued_from"] = vars(self.continued_from).copy()
         if self.action_event is not None:
             state["event"] = vars(self.action_event).copy()
         return state
@@ -802,6 +842,12 @@ class CollapseMonitor(TrainerCallback):
         if not isinstance(screening, bool):
             raise ValueError(f"collapse monitor state: 'screening' must be true or false, got {screening!r}.")
         self.screening = screening
+        continued = state.get("continued_from")
+        if continued is not None:
+            try:
+                self.continued_from = CollapseEvent(**continued)
+            except TypeError as error:
+                raise ValueError(f"collapse monitor state: 'continued_from' is damaged ({error}).") from error
         event = state.get("event")
         if event is not None:
             try:
@@ -810,6 +856,7 @@ class CollapseMonitor(TrainerCallback):
                 raise ValueError(f"collapse monitor state: 'event' is damaged ({error}).") from error
 
     def on_step_end(self, args, state, control, **kwargs):
+        self._args, self._state = args, state  # what a rollback that continues reads (it acts inside this callback)
         with _clock(self.source):
             return self._on_step_end(state, control)
 

@@ -13,11 +13,16 @@ import json
 import os
 from pathlib import Path
 
+#: The training figure's panel of held-out rewards (evaluation), filled from the runs' logs.
+HELD_OUT = "held-out rewards (evaluation)"
+
 #: The curated figures (title, keys); every key is one some owner declares (TRL's ``adapter.compat.TRL_METRICS``, a
 #: member's ``metrics``, the monitor's ``monitor_metric_keys``): :func:`undeclared_panel_keys` lists any that is not.
 PANELS = {
     "training": [
         ("reward", ["reward"]),
+        # filled from the run: every reward function's mean at evaluation (held-out prompts), beside the reward
+        (HELD_OUT, []),
         ("KL and beta", ["kl", "kl/value", "kl/beta"]),
         ("entropy", ["entropy", "entropy/p10", "entropy/p50", "entropy/p90"]),
         ("PRM", ["prm/step_reward_mean", "prm/adv_abs_mean"]),
@@ -131,9 +136,9 @@ def hack_alarm_step(history: list[dict]) -> int | None:
 
 
 def _held_out(runs: dict[str, list[dict]], title: str) -> list[str]:
-    """The reward panel also draws every reward function's mean at evaluation (``eval_rewards/<name>/mean``, held-out
-    prompts: validation gold beside the training reward); other panels nothing more."""
-    if title != "reward":
+    """The keys of the held-out panel: every reward function's mean at evaluation (``eval_rewards/<name>/mean``,
+    held-out prompts: validation gold beside the training reward); other panels nothing more."""
+    if title != HELD_OUT:
         return []
     keys = {
         k for hist in runs.values() for h in hist for k in h if k.startswith("eval_rewards/") and k.endswith("/mean")

@@ -239,6 +239,7 @@ TRL_SURFACE = (
     "_logs",
     "_metrics",
     "_step",
+    "_buffered_inputs",
     "_tokenizer",
     "get_high_entropy_mask",
     "get_off_policy_mask",
@@ -282,6 +283,13 @@ def save_checkpoint(trainer) -> None:
     RNG and trainer state, and a ``GRPOExtTrainer``'s extension state), at ``checkpoint-<global step>``. A collective
     under DeepSpeed / FSDP: every process calls it."""
     trainer._save_checkpoint(trainer.model_wrapped if trainer.model_wrapped is not None else trainer.model, trial=None)
+
+
+def discard_buffered_rollouts(trainer) -> None:
+    """Drop the generation batch TRL buffered for the coming steps (``steps_per_generation`` > 1), so that the next
+    training step generates afresh: after a rollback that continues, the buffered completions are the alarmed
+    policy's. TRL 1.16's ``_prepare_inputs`` regenerates when ``_buffered_inputs`` is None (as after a resume)."""
+    trainer._buffered_inputs = None
 
 
 def restore_checkpoint(trainer, folder: str) -> None:

@@ -130,6 +130,9 @@ class TrainerHost:
     def restore_checkpoint(self, folder: str) -> None:
         trl_compat.restore_checkpoint(self._trainer, folder)
 
+    def discard_buffered_rollouts(self) -> None:
+        trl_compat.discard_buffered_rollouts(self._trainer)
+
     @property
     def rollouts(self) -> RolloutService:
         return self._trainer.ext_rollouts

@@ -74,6 +74,9 @@ class PlainTRLSource:
     def restore_checkpoint(self, folder: str) -> None:
         trl_compat.restore_checkpoint(self.trainer, folder)
 
+    def discard_buffered_rollouts(self) -> None:
+        trl_compat.discard_buffered_rollouts(self.trainer)
+
     def completion_batch(self):
         """(ids, mask, group size) of the newest training completions of TRL's table, re-tokenised; None when there
         are none new (a step that reuses its generation batch, or an evaluation's completions)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -91,6 +92,12 @@ class MonitorConfig(ConfigSection):
             independent signal (`collapse_audit_rewards`, `collapse_validation_metric`) alarms too, then rolls back to
             the earliest onset. Shape moves the same way when a run learns (a scratchpad, whole answers where
             truncated ones were: docs/results.md), so acting on it alone can throw a healthy run's learning away.
+        collapse_rollback_then (`str`, *optional*, defaults to `"end"`):
+            After `collapse_action="rollback"`: `"end"` (training ends, then the restore) or `"screen"` (the restore
+            at once, and training goes on to `max_steps` from the onset's checkpoint with the completions the audits
+            flag screened, as `collapse_action="screen"` does; once per run: later alarms warn only). Needs
+            `collapse_audit_rewards`. The scheduler is restored with the weights, so the learning rate resumes from
+            the checkpoint's point of the schedule while the step count goes on.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
             What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
             `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (a
@@ -208,6 +215,10 @@ class MonitorConfig(ConfigSection):
             "help": "Act on a shape-only alarm (length, prompt_info, repetition); False: it warns until confirmed."
         },
     )
+    collapse_rollback_then: Literal["end", "screen"] = field(
+        default="end",
+        metadata={"help": "After a rollback: end (training ends) or screen (restore now, go on screening flags)."},
+    )
     collapse_action: Literal["warn", "save", "stop", "rollback", "screen"] = field(
         default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop, rollback or screen."}
     )
@@ -314,6 +325,13 @@ class MonitorConfig(ConfigSection):
                 )
             if not (math.isfinite(self.collapse_validation_drop) and self.collapse_validation_drop > 0):
                 _fail("collapse_validation_drop", self.collapse_validation_drop, "must be a finite number > 0", "0.2")
+        if self.collapse_rollback_then == "screen" and not self.collapse_audit_rewards:
+            _fail(
+                "collapse_rollback_then",
+                self.collapse_rollback_then,
+                "a rollback that continues screens the completions an audit flags, and no audit is named",
+                "name the audit reward functions in collapse_audit_rewards, or collapse_rollback_then='end'",
+            )
         if self.collapse_action == "screen" and not self.collapse_audit_rewards:
             _fail(
                 "collapse_action",
@@ -386,16 +404,18 @@ class MonitorConfig(ConfigSection):
         if self.collapse_detector != "none" and self.max_steps > 0:
             # the detector tracks a best point from its warmup-th measurement on and alarms at a later one; with
             # diversity_every = k the diversity signals are measured every k steps
+            # a warning, not an error: a short smoke run of a real config is legitimate, it just cannot alarm
             needed = self.collapse_detector_warmup * self.diversity_every
             if needed >= self.max_steps:
-                _fail(
-                    "collapse_detector_warmup",
-                    self.collapse_detector_warmup,
-                    f"the detector needs more than {needed} steps (warm-up {self.collapse_detector_warmup} "
-                    f"measurements x diversity_every={self.diversity_every}) before it can alarm, but max_steps is "
-                    f"{self.max_steps}: it could never fire",
-                    f"lower it (collapse_detector_warmup={max(1, (self.max_steps - 1) // self.diversity_every)} at "
-                    f"most here) or raise max_steps above {needed}",
+                warnings.warn(
+                    f"GRPOExtConfig.collapse_detector_warmup={self.collapse_detector_warmup}: the hack detector needs "
+                    f"more than {needed} steps (warm-up {self.collapse_detector_warmup} measurements x "
+                    f"diversity_every={self.diversity_every}) before it can alarm, but max_steps is {self.max_steps}: "
+                    f"it cannot fire in this run. Fix: lower it (collapse_detector_warmup="
+                    f"{max(1, (self.max_steps - 1) // self.diversity_every)} at most here) or raise max_steps above "
+                    f"{needed}.",
+                    UserWarning,
+                    stacklevel=2,
                 )
         if self.collapse_detector != "none" and self.collapse_length_rise is not None:
             most = float(self.max_completion_length or 0) - 1.0  # mean length from >= 1 token to <= max

@@ -109,6 +109,9 @@ class Host(Protocol):
         """Load a checkpoint's weights, optimizer, scheduler and extension state into the running trainer (its state,
         the record of the run, is kept): every process calls it."""
 
+    def discard_buffered_rollouts(self) -> None:
+        """Drop TRL's buffered generation batch: the next training step generates afresh."""
+
     def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
         """One greedy decode per (left-padded) prompt, decoded as TRL decodes completions."""
 
@@ -149,7 +152,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "ratio_clip": ("drop_ratio_clip",),  # switch TRL's PPO ratio clip off (KL-Cov without kl_cov_ppo_clip)
     "scoring_model": ("prepare_scoring_model", "reward_kwargs", "step_reward_funcs"),  # PRM step rewards
     "callbacks": ("add_callback",),  # act at step ends (the collapse monitor)
-    "checkpoints": ("save_checkpoint", "restore_checkpoint"),  # the collapse monitor's rollback
+    "checkpoints": ("save_checkpoint", "restore_checkpoint", "discard_buffered_rollouts"),  # a collapse rollback
     "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
     "completions_table": ("log_advantages", "zero_logged_advantages"),  # TRL's completions table (the trainer's own)
 }  # fmt: skip

@@ -53,6 +53,7 @@ class CollapseObserver(ObserverBase):
         "collapse_validation_metric",
         "collapse_validation_drop",
         "collapse_shape_acts",
+        "collapse_rollback_then",
         "collapse_action",
         "log_completions",
         "save_strategy",
@@ -94,6 +95,7 @@ class CollapseObserver(ObserverBase):
             audit_threshold=args.collapse_audit_threshold,
             validation_metric=args.collapse_validation_metric,
             shape_acts=args.collapse_shape_acts,
+            rollback_then=args.collapse_rollback_then,
         )
         host.add_callback(self.monitor)  # logs at step ends and acts on the alarm (save / stop)
 
