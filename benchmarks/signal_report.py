@@ -53,22 +53,17 @@ VALIDATION_EVERY = 25
 
 
 def settings() -> dict:
-    """The shipped detector fields (GRPOExtConfig's defaults)."""
+    """The shipped detector fields (GRPOExtConfig's defaults): the shape detector's (hack_report) and the audit's and
+    validation's thresholds."""
     import dataclasses
 
     from trl_grpo_ext import GRPOExtConfig
 
-    d = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig)}
     return {
-        "window": d["collapse_detector_window"],
-        "warmup": d["collapse_detector_warmup"],
-        "onset": d["collapse_onset_fraction"],
-        "length": d["collapse_length_rise"],
-        "prompt_info": d["collapse_prompt_info_drop"],
-        "repetition": d["collapse_repetition_rise"],
-        "audit": d["collapse_audit_rise"],
-        "validation": d["collapse_validation_drop"],
-        "gate": d["collapse_length_info_gate"],
+        **hr.shipped_settings(),
+        "audit": defaults["collapse_audit_rise"],
+        "validation": defaults["collapse_validation_drop"],
     }
 
 
