@@ -1022,3 +1022,16 @@ def test_a_rollback_that_continues_restores_at_the_alarm_and_trains_on_screening
     saved = json.load(open(os.path.join(trainer.args.output_dir, "collapse_rollback.json")))
     assert saved == monitor.rollback == first and saved["then"] == "screen"
     assert "event" not in monitor.state_dict()  # a resume does not raise the answered alarm again
+
+
+@pytest.mark.slow
+def test_a_threshold_alarm_acts_beside_warn_only_shape_alarms(make_trainer):
+    """collapse_shape_acts False and no audit: the shape alarms only warn, the threshold alarm (repetition above 0.0)
+    still stops the run at its own first step, whatever the shape signals did that step."""
+    settings = {**HACK, "collapse_shape_acts": False, "collapse_repetition_max": 0.0}
+    trainer = make_trainer(reward_funcs=[fixed_text_reward], collapse_action="stop", **settings)
+    trainer.train()
+    monitor = trainer.collapse_monitor
+    first = next(h["step"] for h in last_logs(trainer) if h.get("alarm/collapse") == 1.0)
+    assert trainer.state.global_step == first == monitor.action_event.step
+    assert monitor.action_event.source == "threshold"

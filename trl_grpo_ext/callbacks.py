@@ -884,31 +884,36 @@ class CollapseMonitor(TrainerCallback):
         if "entropy" in self.metrics:
             values.update(self._entropy_metrics(percentiles=measured))
         event = self._detect(values, state.global_step) if self.detector is not None else None
+        # every event of the step is acted on in turn (a warn-only shape alarm must not hide a threshold alarm or the
+        # re-raised alarm of a resumed run); the first rollback's onset is the one restored
+        events = [] if event is None else [event]
         resumed, self._resumed_event = self._resumed_event, None
-        if resumed is not None and event is None:
+        if resumed is not None:
             # resumed from a checkpoint saved after an alarm: its weights are the alarmed ones, and the detector (which
             # fires once per run) would stay silent
             why = (
                 f"resumed from a checkpoint saved after the alarm at step {resumed.step} (onset {resumed.onset}): "
                 + "; ".join(resumed.reasons)
             )
-            event = CollapseEvent(step=state.global_step, onset=resumed.onset, source=resumed.source, reasons=[why])
+            events.insert(
+                0, CollapseEvent(step=state.global_step, onset=resumed.onset, source=resumed.source, reasons=[why])
+            )
             if resumed.source == "detector":
                 values["alarm/hack"] = 1.0
-        if not values and event is None:
+        if not values and not events:
             return control
         reasons = self._threshold_reasons(values)
         values["alarm/collapse"] = 1.0 if reasons else 0.0
         if reasons:
             self.alarms.append((state.global_step, reasons))
-            if event is None:  # the detector did not fire: the thresholds' alarm; its onset is the last calm step
-                event = CollapseEvent(
-                    step=state.global_step, onset=self._calm_step, source="threshold", reasons=reasons
+            if not any(e.acts for e in events):  # the thresholds' alarm; its onset is the last calm step
+                events.append(
+                    CollapseEvent(step=state.global_step, onset=self._calm_step, source="threshold", reasons=reasons)
                 )
         elif values.keys() - {"alarm/collapse", "alarm/hack", "alarm/hack_score"}:
             self._calm_step = state.global_step
-        if event is not None:
-            self._act(event, control)
+        for each in events:
+            self._act(each, control)
         self.last = values
         for key, value in values.items():
             if math.isfinite(value):
