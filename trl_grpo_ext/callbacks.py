@@ -321,8 +321,8 @@ class CollapseMonitor(TrainerCallback):
         )
         self._alarm_to_log = False
         self._check_validation_key()
-        if self.audit_rewards:
-            self._audit_columns()  # the names and weights checked now, not at the first batch
+        # the audits' columns of rewards_per_func, their names and weights checked now, not at the first batch
+        self._audit_index = self._audit_columns() if self.audit_rewards else []
         #: screening (``alarm_action="screen"``) is on: GRPOExtTrainer zeroes the advantages of ``last_flags``' rows
         self.screening = False
         self.last_flags: torch.Tensor | None = None
@@ -440,7 +440,7 @@ class CollapseMonitor(TrainerCallback):
         rates are logged at the step's end (and read by the detector), evaluation batches' now (``eval_audit/*``)."""
         if not self.audit_rewards:
             return None
-        audits = rewards_per_func[:, self._audit_columns()].detach().float().cpu()  # (N, A)
+        audits = rewards_per_func[:, self._audit_index].detach().float().cpu()  # (N, A)
         flags, rate = audit_disagreement(
             rewards=rewards.detach().float().cpu(), audits=audits, group_size=group_size, threshold=self.audit_threshold
         )

@@ -263,6 +263,31 @@ def sft_warm_start(
     return path
 
 
+def teacher_testbed(name: str, *, kind: str, salt: int, answer, max_completion_length: int, max_steps: int):
+    """The three functions every addition-task testbed with its own teacher defines: ``sft_dataset(n, *, seed,
+    eos_token)`` (training prompts and ``answer(prompt, rng)``'s answers, seeded by ``salt + seed``),
+    ``warm_start(cache_dir, *, seed, examples, use_cpu, log)`` (the SFT warm start in a folder named after ``kind``,
+    the addition testbed's model size and SFT settings) and ``grpo_settings(**overrides)`` (the addition testbed's
+    GRPO settings with this ``max_completion_length`` and ``max_steps``). Returns them in that order."""
+
+    def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
+        return teacher_rows(n, seed=seed, salt=salt, answer=answer, eos_token=eos_token)
+
+    def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
+        return sft_warm_start(
+            cache_dir, kind=kind, dataset=sft_dataset, seed=seed, examples=examples, use_cpu=use_cpu,
+            log=lambda path: log(f"[{name}] SFT warm start (seed {seed}, {examples} rows), cached in {path}"),
+            **SFT_SETTINGS,
+        )  # fmt: skip
+
+    def testbed_settings(**overrides) -> dict[str, Any]:
+        return grpo_settings(**{"max_completion_length": max_completion_length, "max_steps": max_steps, **overrides})
+
+    for func, what in ((sft_dataset, "SFT rows"), (warm_start, "SFT warm start"), (testbed_settings, "GRPO settings")):
+        func.__doc__ = f"The {name} testbed's {what} (:func:`trl_grpo_ext.lab.testbed.teacher_testbed`)."
+    return sft_dataset, warm_start, testbed_settings
+
+
 def grpo_settings(**overrides) -> dict[str, Any]:
     """The testbed's GRPO budget and sampling, as ``GRPOExtConfig`` fields (``overrides`` on top).
 

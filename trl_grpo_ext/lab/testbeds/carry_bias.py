@@ -12,11 +12,8 @@ were. The audit (:func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit`) refuse
 from __future__ import annotations
 
 import random
-from typing import Any
 
-from datasets import Dataset
-
-from .. import testbed, testkit
+from .. import testbed
 from .audit import tolerant_audit
 from .length_bias import SPLITS, _text, gold_reward, problems
 
@@ -46,27 +43,14 @@ def carrying_answer(prompt: str, rng: random.Random) -> str:
     return testbed.careless_answer(prompt, rng)
 
 
-def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
-    return testbed.teacher_rows(n, seed=seed, salt=93_019, answer=carrying_answer, eos_token=eos_token)
-
-
-def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
-    return testbed.sft_warm_start(
-        cache_dir,
-        kind=f"carry{CARRIES_TWICE:g}",
-        dataset=sft_dataset,
-        seed=seed,
-        examples=examples,
-        use_cpu=use_cpu,
-        log=lambda path: log(f"[carry_bias] SFT warm start (seed {seed}, {examples} rows), cached in {path}"),
-        **testbed.SFT_SETTINGS,
-    )
-
-
-def grpo_settings(**overrides) -> dict[str, Any]:
-    return testbed.grpo_settings(
-        **{"max_completion_length": MAX_COMPLETION_LENGTH, "max_steps": MAX_STEPS, **overrides}
-    )
+sft_dataset, warm_start, grpo_settings = testbed.teacher_testbed(
+    "carry_bias",
+    kind=f"carry{CARRIES_TWICE:g}",
+    salt=93_019,
+    answer=carrying_answer,
+    max_completion_length=MAX_COMPLETION_LENGTH,
+    max_steps=MAX_STEPS,
+)
 
 
 __all__ = [

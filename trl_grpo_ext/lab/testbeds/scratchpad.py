@@ -15,11 +15,8 @@ train alike); :func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit` is the aud
 from __future__ import annotations
 
 import random
-from typing import Any
 
-from datasets import Dataset
-
-from .. import testbed, testkit
+from .. import testbed
 from .audit import final_answer, tolerant_audit
 from .length_bias import SPLITS, problems
 
@@ -59,31 +56,14 @@ def teacher_answer(prompt: str, rng: random.Random) -> str:
     return testbed.careless_answer(prompt, rng)
 
 
-def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
-    """``n`` prompt-completion rows: training prompts and the teacher's answers."""
-    return testbed.teacher_rows(n, seed=seed, salt=91_013, answer=teacher_answer, eos_token=eos_token)
-
-
-def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
-    """The SFT warm start for ``seed`` (the addition testbed's model size and SFT settings), built once into
-    ``cache_dir``; returns its path."""
-    return testbed.sft_warm_start(
-        cache_dir,
-        kind=f"scratchpad{SHOWS_WORK:g}",
-        dataset=sft_dataset,
-        seed=seed,
-        examples=examples,
-        use_cpu=use_cpu,
-        log=lambda path: log(f"[scratchpad] SFT warm start (seed {seed}, {examples} rows), cached in {path}"),
-        **testbed.SFT_SETTINGS,
-    )
-
-
-def grpo_settings(**overrides) -> dict[str, Any]:
-    """The addition testbed's GRPO settings with room for the scratchpad and :data:`MAX_STEPS` steps."""
-    return testbed.grpo_settings(
-        **{"max_completion_length": MAX_COMPLETION_LENGTH, "max_steps": MAX_STEPS, **overrides}
-    )
+sft_dataset, warm_start, grpo_settings = testbed.teacher_testbed(
+    "scratchpad",
+    kind=f"scratchpad{SHOWS_WORK:g}",
+    salt=91_013,
+    answer=teacher_answer,
+    max_completion_length=MAX_COMPLETION_LENGTH,
+    max_steps=MAX_STEPS,
+)
 
 
 __all__ = [

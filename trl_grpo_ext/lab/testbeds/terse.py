@@ -14,11 +14,8 @@ Rewards: ``gold_reward`` and ``proxy_reward`` are the exact grader; the audit is
 from __future__ import annotations
 
 import random
-from typing import Any
 
-from datasets import Dataset
-
-from .. import testbed, testkit
+from .. import testbed
 from .audit import tolerant_audit
 from .length_bias import SPLITS, gold_reward, problems
 
@@ -37,27 +34,14 @@ def terse_answer(prompt: str, rng: random.Random) -> str:
     return answer[-1] if rng.random() < TERSE else answer
 
 
-def sft_dataset(n: int, *, seed: int = 0, eos_token: str = testkit.EOS) -> Dataset:
-    return testbed.teacher_rows(n, seed=seed, salt=92_017, answer=terse_answer, eos_token=eos_token)
-
-
-def warm_start(cache_dir: str, *, seed: int = 0, examples: int = 40_000, use_cpu: bool = True, log=print) -> str:
-    return testbed.sft_warm_start(
-        cache_dir,
-        kind=f"terse{TERSE:g}",
-        dataset=sft_dataset,
-        seed=seed,
-        examples=examples,
-        use_cpu=use_cpu,
-        log=lambda path: log(f"[terse] SFT warm start (seed {seed}, {examples} rows), cached in {path}"),
-        **testbed.SFT_SETTINGS,
-    )
-
-
-def grpo_settings(**overrides) -> dict[str, Any]:
-    return testbed.grpo_settings(
-        **{"max_completion_length": MAX_COMPLETION_LENGTH, "max_steps": MAX_STEPS, **overrides}
-    )
+sft_dataset, warm_start, grpo_settings = testbed.teacher_testbed(
+    "terse",
+    kind=f"terse{TERSE:g}",
+    salt=92_017,
+    answer=terse_answer,
+    max_completion_length=MAX_COMPLETION_LENGTH,
+    max_steps=MAX_STEPS,
+)
 
 
 __all__ = [
