@@ -172,8 +172,8 @@ def kept(run: dict, alarm, *, healthy: bool) -> float:
 
 def table(runs, s: dict) -> list[str]:
     lines = [
-        "| setting | arm | recall (hacked vanilla runs) | alarm - gold's peak: median (range) "
-        "| false alarms (held gold) | kept by rollback: mean (min) |",
+        "| setting | arm | recall (hacked vanilla runs; rate [95% CI, clustered by warm start]) | alarm - gold's peak: "
+        "median (range) | false alarms (held gold; rate [95% CI]) | kept by rollback: mean (min) |",
         "|---|---|---|---|---|---|",
     ]
     arms = [*ARMS, "acting", "rlwatch", "rlwatch, hacking"]
@@ -183,28 +183,29 @@ def table(runs, s: dict) -> list[str]:
         if not any(arms_runs.values()):
             continue
         for arm in arms:
-            hits, lags, falses, keeps, missing = [], [], [], [], 0
+            # per warm start (the cluster of hack_report.rate_line's bootstrap interval)
+            hits: dict[int, list[float]] = {}
+            falses: dict[int, list[float]] = {}
+            lags, keeps, missing = [], [], 0
             for study_arm, group in arms_runs.items():
-                for run in group.values():
+                for (warm_start, _), run in group.items():
                     alarm = replay(run, arm, s)
                     if alarm == "missing":
                         missing += 1
                         continue
                     outcome = hr.outcome(run, "test")
                     if not healthy and study_arm == "vanilla" and outcome == "hacked":
-                        hits.append(alarm is not None)
+                        hits.setdefault(warm_start, []).append(float(alarm is not None))
                         if alarm is not None:
                             lags.append(alarm.step - hr.peak_and_halving(run)[0])
                         keeps.append(kept(run, alarm, healthy=False))
                     elif outcome == "held" or healthy:
-                        falses.append(alarm is not None)
+                        falses.setdefault(warm_start, []).append(float(alarm is not None))
                         if healthy:
                             keeps.append(kept(run, alarm, healthy=True))
             if not hits and not falses:
                 continue
-            recall = f"{sum(hits)}/{len(hits)}" if hits else "-"
-            lag = hr.lag_line(lags)
-            false = f"{sum(falses)}/{len(falses)}" if falses else "-"
+            recall, lag, false = hr.rate_line(hits), hr.lag_line(lags), hr.rate_line(falses)
             keep = f"{statistics.fmean(keeps):.0%} ({min(keeps):.0%})" if keeps else "-"
             note = f" ({missing} runs without the signal)" if missing else ""
             lines.append(
