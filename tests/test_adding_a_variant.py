@@ -37,7 +37,7 @@ class ZeroGuard(Extension):
         return torch.where(chosen, logps.detach(), logps)
 '''
 PAGE = "# Zero guard\n\n`token_clip: zero_guard` detaches the tokens whose ratio moved against their advantage.\n"
-LITERAL = 'token_clip: Literal["none", "clip_cov", "kl_cov"]'
+LITERAL = 'token_clip: Literal["none", "clip_cov", "kl_cov", "dppo"]'
 
 
 def _copy(tmp: Path) -> Path:

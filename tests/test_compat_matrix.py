@@ -266,6 +266,10 @@ def acted_kl_cov(trainer, logs):
     return sum(_values(logs, "kl_cov/selected_tokens")) > 0 and _values(logs, "kl_cov/penalty_mean")
 
 
+def acted_dppo(trainer, logs):
+    return sum(_values(logs, "dppo/masked_frac")) > 0
+
+
 def acted_filter(trainer, logs):
     return all(v < 1.0 for v in _values(logs, "filter/kept_frac")) and _values(logs, "filter/kept_frac")
 
@@ -365,6 +369,8 @@ COLUMNS: dict[str, Column] = {
         dict(token_clip="clip_cov", clip_cov_ratio=0.05, clip_cov_lb=-100.0, clip_cov_ub=100.0), (acted_clip_cov,)
     ),
     "kl_cov": Column(dict(token_clip="kl_cov", kl_cov_ratio=0.05, num_iterations=2), (acted_kl_cov,)),
+    # bounds for the tiny model, whose token probabilities are about 1 / vocabulary
+    "dppo": Column(dict(token_clip="dppo", num_iterations=2, dppo_delta_low=1e-4, dppo_delta_high=1e-4), (acted_dppo,)),
     "best_of_n": Column(dict(sample_filter="best_of_n"), (acted_filter,)),
     "dynamic_sampling": Column(
         dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=1),
@@ -407,6 +413,8 @@ COLUMNS: dict[str, Column] = {
 
 TOKEN_LEVEL = "token-level covariance clipping needs token-level importance sampling"
 DROPS_CLIP = "would silently drop the clip you asked for"
+DPPO_PER_TOKEN = "DPPO's trust region is per token"
+DPPO_LOSS = "shapes the ratio its own way"
 #: (row, column) -> what the refusal says. Every other cell must work.
 REFUSED: dict[tuple[str, str], str] = {
     ("GSPO (importance_sampling_level=sequence)", "clip_cov"): TOKEN_LEVEL,
@@ -414,6 +422,11 @@ REFUSED: dict[tuple[str, str], str] = {
     ("GSPO (importance_sampling_level=sequence)", "all"): TOKEN_LEVEL,
     ("loss_type=cispo", "kl_cov"): DROPS_CLIP,
     ("epsilon_high=0.28", "kl_cov"): DROPS_CLIP,
+    ("GSPO (importance_sampling_level=sequence)", "dppo"): DPPO_PER_TOKEN,
+    ("loss_type=sapo", "dppo"): DPPO_LOSS,
+    ("loss_type=cispo", "dppo"): DPPO_LOSS,
+    ("loss_type=vespo", "dppo"): DPPO_LOSS,
+    ("epsilon_high=0.28", "dppo"): "would silently drop the epsilon_high",
     ("environment_factory (scripted tool call)", "aepo"): "entropy_control='aepo' cannot run with environment_factory",
     ("environment_factory (scripted tool call)", "aepo_term"): (
         "entropy_control='aepo' cannot run with environment_factory"

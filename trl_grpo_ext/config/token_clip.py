@@ -16,11 +16,14 @@ PERCENT_TRAP_RATIO = 0.05
 @dataclass
 class TokenClipConfig(ConfigSection):
     r"""
-    > Token-level clipping (Cui et al. 2025, arXiv 2505.22617)
+    > Token-level clipping (Cui et al. 2025, arXiv 2505.22617) and trust regions (DPPO, Qi et al. 2026, arXiv
+    > 2602.04879)
 
         token_clip (`str`, *optional*, defaults to `"none"`):
             `"clip_cov"` removes the gradient of a few random high-covariance tokens; `"kl_cov"` adds a KL penalty
-            `kl_cov_coef * |logp - old_logp|` on the highest-covariance tokens. `"none"` disables both.
+            `kl_cov_coef * |logp - old_logp|` on the highest-covariance tokens; `"dppo"` replaces TRL's ratio clip
+            with DPPO's binary trust region (a token whose probability moved more than `dppo_delta_*` from the
+            rollout policy's, the way its advantage pushes, loses its policy gradient). `"none"` disables them.
         token_clip_scope (`str`, *optional*, defaults to `"local"`):
             `"local"`: tokens are chosen within each process's micro-batch (the reference implementation);
             `"global"`: the covariance means, counts and selection thresholds span all processes.
@@ -39,6 +42,17 @@ class TokenClipConfig(ConfigSection):
             Keep TRL's PPO ratio clip (`epsilon`, `epsilon_high`) under KL-Cov. The paper and verl drop it (False).
             With False, a clip you asked for (`epsilon_high`, or `loss_type="cispo"`, whose cap is `epsilon_high`) is
             refused rather than silently dropped: set `kl_cov_ppo_clip=True` to keep it.
+        dppo_divergence (`str`, *optional*, defaults to `"tv"`):
+            DPPO's divergence on the sampled token: `"tv"` (Binary-TV, the probability difference `p - q`) or `"kl"`
+            (Binary-KL between "this token or another" now and at rollout).
+        dppo_delta_low (`float`, *optional*, defaults to `0.2`):
+            Trust-region bound for tokens with A <= 0 (how far their probability may fall, or their binary KL).
+            0.2 is prime-rl's `dppo_mask_low`, verl's and TRL's experimental DPPO's default threshold.
+        dppo_delta_high (`float`, *optional*, defaults to `0.2`):
+            Trust-region bound for tokens with A > 0 (how far their probability may rise, or their binary KL).
+        dppo_log_ratio_coef (`float`, *optional*, defaults to `0.0`):
+            Weight of prime-rl's `(log p - log q)^2` on every loss token beside the DPPO mask (prime-rl's `kl_tau`,
+            1e-3 in its configs); 0 is the paper's and verl's loss.
     """
 
     switches = ("token_clip",)
@@ -49,11 +63,12 @@ class TokenClipConfig(ConfigSection):
         ),
     }
 
-    token_clip: Literal["none", "clip_cov", "kl_cov"] = field(
+    token_clip: Literal["none", "clip_cov", "kl_cov", "dppo"] = field(
         default="none",
         metadata={
-            "help": "Covariance-based token stabilisation (Cui et al. 2025): 'clip_cov' detaches a few random "
-            "high-covariance tokens, 'kl_cov' penalises the top-covariance tokens with |logp - old_logp|."
+            "help": "Token-level stabilisation: 'clip_cov' detaches a few random high-covariance tokens, 'kl_cov' "
+            "penalises the top-covariance tokens with |logp - old_logp| (Cui et al. 2025); 'dppo' replaces TRL's "
+            "ratio clip with DPPO's binary trust region (Qi et al. 2026)."
         },
     )
     token_clip_scope: Literal["local", "global"] = field(
@@ -81,6 +96,17 @@ class TokenClipConfig(ConfigSection):
         metadata={"help": "Keep TRL's PPO ratio clip under KL-Cov (the paper and verl drop it)."},
     )
 
+    dppo_divergence: Literal["tv", "kl"] = field(
+        default="tv",
+        metadata={"help": "DPPO's divergence on the sampled token: 'tv' (p - q) or 'kl' (binary KL)."},
+    )
+    dppo_delta_low: float = field(default=0.2, metadata={"help": "DPPO's trust-region bound for tokens with A <= 0."})
+    dppo_delta_high: float = field(default=0.2, metadata={"help": "DPPO's trust-region bound for tokens with A > 0."})
+    dppo_log_ratio_coef: float = field(
+        default=0.0,
+        metadata={"help": "Weight of prime-rl's (log p - log q)^2 beside the DPPO mask (its kl_tau; 0: the paper's)."},
+    )
+
     def check(self) -> None:
         for name in ("clip_cov_ratio", "kl_cov_ratio"):
             value = getattr(self, name)
@@ -92,6 +118,24 @@ class TokenClipConfig(ConfigSection):
                 self.clip_cov_lb,
                 f"must be below clip_cov_ub={self.clip_cov_ub}",
                 "use a window such as clip_cov_lb=1, clip_cov_ub=5",
+            )
+        for name in ("dppo_delta_low", "dppo_delta_high"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                _fail(name, value, "must be a finite number > 0", f"e.g. {name}=0.2 (prime-rl's and verl's default)")
+            if self.dppo_divergence == "tv" and value >= 1:
+                _fail(
+                    name,
+                    value,
+                    "a probability difference of 1 or more is never reached: no token would be masked",
+                    f"e.g. {name}=0.2",
+                )
+        if not (math.isfinite(self.dppo_log_ratio_coef) and self.dppo_log_ratio_coef >= 0):
+            _fail(
+                "dppo_log_ratio_coef",
+                self.dppo_log_ratio_coef,
+                "must be a finite number >= 0",
+                "e.g. dppo_log_ratio_coef=1e-3 (prime-rl's kl_tau) or 0 (the paper's loss)",
             )
         if not (math.isfinite(self.kl_cov_coef) and self.kl_cov_coef > 0):
             _fail("kl_cov_coef", self.kl_cov_coef, "must be a finite number > 0", "e.g. kl_cov_coef=1.0 (paper)")

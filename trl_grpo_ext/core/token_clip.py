@@ -224,3 +224,56 @@ def ppo_clipped_mask(
 def kl_cov_penalty(logps: torch.Tensor, old_logps: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
     """Per-token KL-Cov penalty ``|logp - old_logp|`` on the selected tokens, 0 elsewhere; (B, T), differentiable."""
     return (logps - old_logps.detach()).abs() * selected.to(logps.dtype)
+
+
+def dppo_outside_mask(
+    logps: torch.Tensor,
+    anchor_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    divergence: str,
+    delta_low: float,
+    delta_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DPPO's binary trust region (Qi et al. 2026, "Rethinking the Trust Region in LLM Reinforcement Learning",
+    arXiv 2602.04879, sec. 4, the Binary approximations): the tokens whose policy gradient leaves the trust region.
+
+    With ``p = exp(logps)`` and ``q = exp(anchor_logps)`` (the sampled token's probability now and under the policy that
+    sampled it):
+
+    - ``divergence="tv"`` (Binary-TV): a token with A > 0 is outside when ``p - q > delta_high``; one with A <= 0
+      when ``p - q < -delta_low``;
+    - ``divergence="kl"`` (Binary-KL): ``D = q log(q / p) + (1 - q) log((1 - q) / (1 - p))``, the KL between the
+      Bernoulli distributions "this token or another" (1e-8 inside the second logarithm, as the references); a token
+      with A > 0 is outside when ``D > delta_high`` and ``p > q``; one with A <= 0 when ``D > delta_low`` and
+      ``p < q``.
+
+    A token is only ever stopped from moving further the way its advantage pushes it; A = 0 follows the negative rule
+    (its gradient is 0 either way), as verl's ``compute_policy_loss_dppo_tv`` / ``_kl`` and prime-rl's default loss.
+
+    Returns ``(outside, high)``: (B, T) bool masks within ``mask``, every token outside the region and those of them
+    with A > 0. Nothing is differentiated.
+    """
+    p_log = logps.detach().float()  # (B, T)
+    q_log = anchor_logps.detach().float()  # (B, T)
+    p, q = p_log.exp(), q_log.exp()  # (B, T)
+    positive = _expand(advantages.detach().float(), p) > 0  # (B, T)
+    if divergence == "tv":
+        out_high = (p - q) > delta_high
+        out_low = (p - q) < -delta_low
+    elif divergence == "kl":
+        binary_kl = q * (q_log - p_log) + (1 - q) * torch.log((1 - q + 1e-8) / (1 - p + 1e-8))  # (B, T)
+        out_high = (binary_kl > delta_high) & (p > q)
+        out_low = (binary_kl > delta_low) & (p < q)
+    else:
+        raise ValueError(f"divergence must be 'tv' or 'kl', got {divergence!r}.")
+    valid = mask.bool()
+    outside = torch.where(positive, out_high, out_low) & valid
+    return outside, outside & positive
+
+
+def squared_log_ratio(logps: torch.Tensor, anchor_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token ``(log p - log q)^2`` against the anchor (detached): prime-rl's ``kl_tau`` term beside its DPPO mask.
+    (B, T), differentiable in ``logps``."""
+    return (logps - anchor_logps.detach()).square()

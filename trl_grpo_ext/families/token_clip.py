@@ -14,7 +14,15 @@ from typing import ClassVar
 import torch
 
 from ..core.collectives import LOCAL
-from ..core.token_clip import clip_cov_mask, kl_cov_mask, kl_cov_penalty, ppo_clipped_mask, token_covariance
+from ..core.token_clip import (
+    clip_cov_mask,
+    dppo_outside_mask,
+    kl_cov_mask,
+    kl_cov_penalty,
+    ppo_clipped_mask,
+    squared_log_ratio,
+    token_covariance,
+)
 from ..names import config_error
 from .base import TOKEN_CLIPS, LossContext, Off
 from .interfaces import TokenClipBase
@@ -112,14 +120,20 @@ class ClipCov(_CovarianceClip):
         return torch.where(ctx.selection, logps.detach(), logps)
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
-        beta = self.host.beta
-        selected = ctx.selected
-        if beta == 0.0 or selected is None or not bool(selected.any()):
-            return None
-        kl = self.trl_kl(ctx)
-        restore = (kl - kl.detach()) * selected.to(kl.dtype)  # value 0, gradient of the selected tokens' KL
-        # Mirrors TRL's own KL term, which the sample filter's rescale corrects separately: no row scale here.
-        return beta * self.aggregate(restore, ctx, scale_rows=False)
+        return restore_kl_gradient(self, ctx)
+
+
+def restore_kl_gradient(member, ctx: LossContext) -> torch.Tensor | None:
+    """The KL gradient of the tokens whose log-probs a member detached (``ctx.selected``): value 0, so that only their
+    policy gradient goes (TRL's KL term reads the same log-probs). None when nothing is to restore."""
+    beta = member.host.beta
+    selected = ctx.selected
+    if beta == 0.0 or selected is None or not bool(selected.any()):
+        return None
+    kl = member.trl_kl(ctx)
+    restore = (kl - kl.detach()) * selected.to(kl.dtype)  # value 0, gradient of the selected tokens' KL
+    # Mirrors TRL's own KL term, which the sample filter's rescale corrects separately: no row scale here.
+    return beta * member.aggregate(restore, ctx, scale_rows=False)
 
 
 @TOKEN_CLIPS.register("kl_cov")
@@ -200,3 +214,113 @@ class KLCov(_CovarianceClip):
         stats = coll.all_sum(torch.stack([penalty.detach().sum(), selected.sum().float()]))
         self.log_metric(ctx.mode, "kl_cov/penalty_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
         return self.args.kl_cov_coef * self.aggregate(penalty, ctx)
+
+
+#: TRL loss types whose policy term is PPO's ``-min(r A, clip(r) A)``, which DPPO turns into ``-r A`` on the tokens
+#: inside its trust region by switching the ratio clip off; the others (``cispo``, ``sapo``, ``vespo``) shape the
+#: ratio themselves.
+DPPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
+@TOKEN_CLIPS.register("dppo")
+class DPPO(TokenClipBase):
+    """DPPO's binary trust region (Qi et al. 2026, arXiv 2602.04879): TRL's ratio clip is switched off and the tokens
+    whose probability moved too far from the policy that sampled them, the way their advantage pushes, lose their
+    policy gradient (their log-probs are detached; their KL gradient is added back, as for Clip-Cov). With
+    ``dppo_log_ratio_coef`` > 0, prime-rl's ``kl_tau * (log p - log q)^2`` on every loss token.
+
+    The anchor ``q`` is the rollout policy: vLLM's sampling log-probs where TRL has them, else TRL's old log-probs (the
+    policy at generation time).
+    """
+
+    config_fields: ClassVar[tuple[str, ...]] = (
+        "dppo_divergence",
+        "dppo_delta_low",
+        "dppo_delta_high",
+        "dppo_log_ratio_coef",
+    )
+    metrics = ("dppo/masked_frac", "dppo/masked_high_frac", "dppo/masked_low_frac", "dppo/prob_shift_mean")
+    optional_metrics = ("dppo/log_ratio_sq_mean",)  # with dppo_log_ratio_coef > 0
+    example_config = {"dppo_divergence": "tv", "dppo_delta_low": 0.2, "dppo_delta_high": 0.2, "num_iterations": 2}
+    docs = "dppo.md"
+    host_capabilities = ("ratio_clip",)
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        if args.importance_sampling_level != "token":
+            raise config_error(
+                "token_clip",
+                args.token_clip,
+                "DPPO's trust region is per token; sequence-level importance sampling has no token ratio to mask",
+                "set importance_sampling_level='token'",
+            )
+        if args.loss_type not in DPPO_LOSS_TYPES:
+            raise config_error(
+                "token_clip",
+                args.token_clip,
+                f"DPPO replaces PPO's ratio clip, and loss_type={args.loss_type!r} shapes the ratio its own way",
+                f"use one of loss_type={DPPO_LOSS_TYPES}, or token_clip='none' to keep {args.loss_type!r}",
+            )
+        if args.epsilon_high is not None:
+            raise config_error(
+                "token_clip",
+                args.token_clip,
+                f"DPPO switches TRL's ratio clip off (its trust region replaces it), which would silently drop the "
+                f"epsilon_high={args.epsilon_high} you asked for",
+                "drop epsilon_high (DPPO's asymmetric region is dppo_delta_low / dppo_delta_high)",
+            )
+        if not (args.is_off_policy or args.use_vllm):
+            raise config_error(
+                "token_clip",
+                args.token_clip,
+                "DPPO is inert on-policy without vLLM: with num_iterations=1 and steps_per_generation <= "
+                "gradient_accumulation_steps the policy that sampled the batch is the one trained, so no token "
+                "leaves the trust region",
+                "set num_iterations=2 or steps_per_generation > gradient_accumulation_steps, or generate with vLLM "
+                "(its sampling log-probs are the anchor)",
+            )
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.host.drop_ratio_clip()  # the trust region replaces the clip (verl, prime-rl, the paper)
+
+    @staticmethod
+    def anchor(ctx: LossContext) -> torch.Tensor:
+        """(B, T) the rollout policy's log-probs: vLLM's where TRL kept them, else TRL's old ones (TRL's own
+        ``off_policy_mask`` reads the same)."""
+        sampling = ctx.inputs.get("sampling_per_token_logps")
+        return ctx.old_logps if sampling is None else sampling
+
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        args = self.args
+        anchor = self.anchor(ctx)
+        valid = ctx.policy_mask
+        outside, high = dppo_outside_mask(
+            logps, anchor, ctx.advantages, valid,
+            divergence=args.dppo_divergence, delta_low=args.dppo_delta_low, delta_high=args.dppo_delta_high,
+        )  # fmt: skip
+        shift = (logps.detach().float().exp() - anchor.detach().float().exp()).abs()  # (B, T)
+        stats = torch.stack([valid.sum(), outside.sum(), high.sum()]).float()
+        stats = self.host.collectives.all_sum(torch.cat([stats, (shift * valid).sum().reshape(1)]))
+        n_valid, n_out, n_high, shift_sum = stats.tolist()
+        n_valid = max(n_valid, 1.0)
+        self.log_metric(ctx.mode, "dppo/masked_frac", n_out / n_valid)
+        self.log_metric(ctx.mode, "dppo/masked_high_frac", n_high / n_valid)
+        self.log_metric(ctx.mode, "dppo/masked_low_frac", (n_out - n_high) / n_valid)
+        self.log_metric(ctx.mode, "dppo/prob_shift_mean", shift_sum / n_valid)
+        return outside
+
+    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+        return torch.where(ctx.selection, logps.detach(), logps)
+
+    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+        restore = restore_kl_gradient(self, ctx)
+        coef = self.args.dppo_log_ratio_coef
+        if coef == 0.0:
+            return restore
+        per_token = ctx.weighted(squared_log_ratio(ctx.logps, self.anchor(ctx)))  # (B, T)
+        valid = ctx.mask.bool()
+        stats = self.host.collectives.all_sum(torch.stack([(per_token.detach() * valid).sum(), valid.sum().float()]))
+        self.log_metric(ctx.mode, "dppo/log_ratio_sq_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
+        penalty = coef * self.aggregate(per_token, ctx)
+        return penalty if restore is None else penalty + restore
