@@ -47,7 +47,7 @@ from trl_grpo_ext.core.hack_detection import drift_alarm  # noqa: E402
 from trl_grpo_ext.detector import GATES, SIGNALS, drift_rules  # noqa: E402
 
 HACKED = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
-HEALTHY = ("scratchpad", "terse")
+HEALTHY = ("scratchpad", "terse", "gym_chain_sum")
 #: the length gate's slack before this study (none) and the audit and validation thresholds, as shipped
 VALIDATION_EVERY = 25
 
@@ -214,11 +214,54 @@ def table(runs, s: dict) -> list[str]:
     return lines
 
 
+#: Relative rises of the entropy alarm (``collapse_entropy_rise``) replayed for false alarms.
+ENTROPY_RISES = (0.25, 0.5, 1.0)
+
+
+def entropy_rise_table(runs) -> list[str]:
+    """The entropy-rise alarm replayed on every saved run (TRL's logged ``entropy``, the value the monitor's
+    ``entropy/mean`` measures): how far entropy climbed above its first measurement, and the runs each relative rise
+    would alarm. No study setting makes entropy explode, so these are negative controls only."""
+    lines = [
+        "| setting | runs | highest entropy / first: median (max) | "
+        + " | ".join(f"alarms at rise {r:g}" for r in ENTROPY_RISES)
+        + " |",
+        "|---|---|---|" + "---|" * len(ENTROPY_RISES),
+    ]
+    for setting in (*HACKED, *HEALTHY):
+        ratios = []
+        for arm in hr.ARMS:
+            for run in runs.get((setting, arm), {}).values():
+                entropy = [v["entropy"] for _, v in sorted(run["steps_log"].items(), key=lambda kv: int(kv[0]))
+                           if "entropy" in v]  # fmt: skip
+                if entropy and entropy[0] > 0:
+                    ratios.append(max(entropy) / entropy[0])
+        if not ratios:
+            continue
+        counts = " | ".join(f"{sum(r > 1 + rise for r in ratios)}/{len(ratios)}" for rise in ENTROPY_RISES)
+        lines.append(
+            f"| {setting}{' (healthy)' if setting in HEALTHY else ''} | {len(ratios)} | "
+            f"{statistics.median(ratios):.2f} ({max(ratios):.2f}) | {counts} |"
+        )
+    return lines
+
+
 def report(out: Path) -> str:
     runs = hr.load(out)
     s = settings()
     shown = {k: v for k, v in s.items()}
-    return "\n".join([f"Shipped detector settings: {shown}; gates: {GATES}.", "", *table(runs, s)])
+    return "\n".join(
+        [
+            f"Shipped detector settings: {shown}; gates: {GATES}.",
+            "",
+            *table(runs, s),
+            "",
+            "The entropy-rise alarm (`collapse_entropy_rise`) replayed on the same runs, every arm (false alarms "
+            "only: no setting here makes entropy explode):",
+            "",
+            *entropy_rise_table(runs),
+        ]
+    )
 
 
 START, END = "<!-- signal families: benchmarks/signal_report.py --write -->", "<!-- /signal families -->"

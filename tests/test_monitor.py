@@ -559,3 +559,52 @@ def test_eval_pass_at_k_sampled_and_greedy(make_trainer, train_dataset):
     assert metrics["eval_pass@k/sampled_1"] == metrics["eval_pass@k/sampled_2"] == metrics["eval_pass@k/greedy"] == 1.0
     with pytest.raises(ValueError, match="eval_pass_at_k"):
         make_trainer(eval_pass_at_k=[8], num_generations_eval=4)
+
+
+def test_entropy_that_rises_alarms_and_acts(make_trainer):
+    """``collapse_entropy_max`` / ``collapse_entropy_rise``: the alarm on entropy that explodes (verl #2738), with the
+    other alarms' actions. The tiny random model's entropy (about 4.5 nats) is above a bound of 1: the run stops at
+    step 1."""
+    trainer = make_trainer(
+        collapse_action="stop",
+        save_strategy="no",
+        diversity_metrics=["entropy"],
+        collapse_entropy_max=1.0,
+        max_steps=4,
+        logging_steps=1,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1
+    (step, reasons), *_ = trainer.collapse_monitor.alarms
+    assert step == 1 and "entropy" in reasons[0] and "> 1.0 (rising)" in reasons[0]
+    assert last_logs(trainer)[-1]["alarm/collapse"] == 1.0
+
+
+def test_entropy_rise_is_relative_to_the_first_measurement_and_resumes(make_trainer):
+    monitor = make_trainer(diversity_metrics=["entropy"], collapse_entropy_rise=1.0).collapse_monitor
+    assert monitor.alarm_entropy_rise == 1.0 and monitor.alarm_entropy_max is None
+    seen = [monitor._threshold_reasons({"entropy/mean": h}) for h in (0.5, 0.3, 0.9, 1.01)]
+    assert seen[:3] == [[], [], []]  # a dip and a climb back to less than twice the start: no alarm
+    assert seen[3] and "100% above its start" in seen[3][0]
+    state = monitor.state_dict()
+    assert state["baseline_entropy"] == 0.5
+    fresh = make_trainer(diversity_metrics=["entropy"], collapse_entropy_rise=1.0).collapse_monitor
+    fresh.load_state_dict(state)
+    assert fresh._threshold_reasons({"entropy/mean": 1.01})  # the resumed run keeps its start
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        (dict(collapse_entropy_max=0.0), "collapse_entropy_max"),
+        (dict(collapse_entropy_rise=-0.5), "collapse_entropy_rise"),
+        (dict(collapse_entropy_min=0.5, collapse_entropy_max=0.4), "collapse_entropy_max"),
+    ],
+)
+def test_entropy_rise_refusals(tmp_path, fields, named):
+    from trl_grpo_ext import GRPOExtConfig
+
+    with pytest.raises(ValueError, match=named):
+        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, diversity_metrics=["entropy"], **fields)
+    with pytest.raises(ValueError, match="add 'entropy'"):
+        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, collapse_entropy_rise=1.0)

@@ -126,7 +126,16 @@ def _quantiles(values: torch.Tensor) -> torch.Tensor:
 
 
 def _check_monitor_settings(
-    *, every, ngram_sizes, repetition_n, entropy_sample, alarm_entropy_min, alarm_distinct2_drop, alarm_repetition_max
+    *,
+    every,
+    ngram_sizes,
+    repetition_n,
+    entropy_sample,
+    alarm_entropy_min,
+    alarm_distinct2_drop,
+    alarm_repetition_max,
+    alarm_entropy_max=None,
+    alarm_entropy_rise=None,
 ) -> None:
     """The monitor's constructor arguments, checked when it is built (a plain-TRL user passes them directly; the
     config checks its fields with field-named errors before they get here): a ``ValueError`` naming the argument and a
@@ -145,6 +154,8 @@ def _check_monitor_settings(
         whole("ngram_sizes item", n)
     ranges = {  # argument -> (value, low, high, open above, what it is)
         "alarm_entropy_min": (alarm_entropy_min, 0.0, math.inf, False, "an entropy (>= 0)"),
+        "alarm_entropy_max": (alarm_entropy_max, 0.0, math.inf, True, "an entropy (> 0)"),
+        "alarm_entropy_rise": (alarm_entropy_rise, 0.0, math.inf, True, "a relative rise (> 0; 1.0 = doubled)"),
         "alarm_distinct2_drop": (alarm_distinct2_drop, 0.0, 1.0, True, "a fraction in (0, 1)"),
         "alarm_repetition_max": (
             alarm_repetition_max,
@@ -158,9 +169,15 @@ def _check_monitor_settings(
         if value is None:
             continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        low_ok = number and (value > low if name == "alarm_distinct2_drop" else value >= low)
+        strict = name in ("alarm_distinct2_drop", "alarm_entropy_max", "alarm_entropy_rise")
+        low_ok = number and (value > low if strict else value >= low)
         if not (number and low_ok and (value < high if open_high else value <= high)):
             raise ValueError(f"CollapseMonitor: {name}={value!r} must be {what}, or None (off).")
+    if alarm_entropy_min is not None and alarm_entropy_max is not None and alarm_entropy_max <= alarm_entropy_min:
+        raise ValueError(
+            f"CollapseMonitor: alarm_entropy_max={alarm_entropy_max!r} must lie above alarm_entropy_min="
+            f"{alarm_entropy_min!r} (otherwise every entropy alarms)."
+        )
 
 
 def _clock(source):
@@ -183,6 +200,8 @@ class CollapseMonitor(TrainerCallback):
         low_entropy_threshold: tokens with entropy below it count as "low" (``entropy/low_frac``).
         entropy_sample: tokens per process kept for the entropy percentiles.
         alarm_entropy_min: alarm when the mean token entropy falls below it.
+        alarm_entropy_max: alarm when the mean token entropy rises above it (entropy that explodes).
+        alarm_entropy_rise: alarm when the mean token entropy rises above (1 + rise) x its first measured value.
         alarm_distinct2_drop: alarm when batch Distinct-2 falls below (1 - drop) x its first measured value.
         alarm_repetition_max: alarm when the mean repetition rate exceeds it.
         alarm_action: what an alarm does besides logging: "warn", "save" (a checkpoint), "stop" (a checkpoint, then
@@ -231,6 +250,8 @@ class CollapseMonitor(TrainerCallback):
         alarm_distinct2_drop: float | None = None,
         alarm_repetition_max: float | None = None,
         alarm_action: str = "warn",
+        alarm_entropy_max: float | None = None,
+        alarm_entropy_rise: float | None = None,
         detector: HackDetector | None = None,
         on_alarm: Callable[[CollapseEvent], str | None] | None = None,
         every: int = 1,
@@ -253,8 +274,12 @@ class CollapseMonitor(TrainerCallback):
             alarm_entropy_min=alarm_entropy_min,
             alarm_distinct2_drop=alarm_distinct2_drop,
             alarm_repetition_max=alarm_repetition_max,
+            alarm_entropy_max=alarm_entropy_max,
+            alarm_entropy_rise=alarm_entropy_rise,
         )
-        thresholds = (alarm_entropy_min, alarm_distinct2_drop, alarm_repetition_max)
+        thresholds = (
+            alarm_entropy_min, alarm_distinct2_drop, alarm_repetition_max, alarm_entropy_max, alarm_entropy_rise
+        )  # fmt: skip
         if alarm_action != "warn" and detector is None and all(value is None for value in thresholds):
             raise ValueError(
                 f"CollapseMonitor: alarm_action={alarm_action!r} but nothing can alarm (no detector and no alarm_* "
@@ -335,6 +360,8 @@ class CollapseMonitor(TrainerCallback):
         self.alarm_entropy_min = alarm_entropy_min
         self.alarm_distinct2_drop = alarm_distinct2_drop
         self.alarm_repetition_max = alarm_repetition_max
+        self.alarm_entropy_max = alarm_entropy_max
+        self.alarm_entropy_rise = alarm_entropy_rise
         self.alarm_action = alarm_action
         self.detector = detector
         self.on_alarm = on_alarm
@@ -357,6 +384,7 @@ class CollapseMonitor(TrainerCallback):
         self._metric_seen: dict[str, tuple[list | None, int]] = {}
         self.every = every
         self.baseline_distinct2: float | None = None
+        self.baseline_entropy: float | None = None
         self.last: dict[str, float] = {}
         self.alarms: list[tuple[int, list[str]]] = []
         self._fingerprint = None
@@ -582,6 +610,14 @@ class CollapseMonitor(TrainerCallback):
         entropy = values.get("entropy/mean")
         if self.alarm_entropy_min is not None and entropy is not None and entropy < self.alarm_entropy_min:
             reasons.append(f"entropy {entropy:.4f} < {self.alarm_entropy_min}")
+        if entropy is not None and self.baseline_entropy is None:
+            self.baseline_entropy = entropy
+        if self.alarm_entropy_max is not None and entropy is not None and entropy > self.alarm_entropy_max:
+            reasons.append(f"entropy {entropy:.4f} > {self.alarm_entropy_max} (rising)")
+        if self.alarm_entropy_rise is not None and entropy is not None and self.baseline_entropy:
+            ceiling = (1.0 + self.alarm_entropy_rise) * self.baseline_entropy
+            if entropy > ceiling:
+                reasons.append(f"entropy {entropy:.4f} > {ceiling:.4f} ({self.alarm_entropy_rise:.0%} above its start)")
         d2 = values.get("diversity/distinct_2")
         if d2 is not None and self.baseline_distinct2 is None:
             self.baseline_distinct2 = d2
@@ -810,11 +846,13 @@ class CollapseMonitor(TrainerCallback):
                 json.dump(record, f, indent=2)
 
     def state_dict(self) -> dict:
-        """What a resumed run needs: the Distinct-2 baseline of the alarm, the detector's measurements, the steps this
-        run saved (the checkpoints a rollback may restore), the last calm step of the threshold alarm and the first
-        alarm (a run resumed from a checkpoint saved after it raises it again) (saved by GRPOExtTrainer's
+        """What a resumed run needs: the Distinct-2 and entropy baselines of the alarms, the detector's measurements,
+        the steps this run saved (the checkpoints a rollback may restore), the last calm step of the threshold alarm
+        and the first alarm (a run resumed from a checkpoint saved after it raises it again) (saved by GRPOExtTrainer's
         checkpoints)."""
         state: dict = {} if self.baseline_distinct2 is None else {"baseline_distinct2": self.baseline_distinct2}
+        if self.baseline_entropy is not None:
+            state["baseline_entropy"] = self.baseline_entropy
         if self.detector is not None:
             state["detector"] = self.detector.state_dict()
         state["saved_steps"] = sorted(self.saved_steps)
@@ -831,6 +869,7 @@ class CollapseMonitor(TrainerCallback):
         """Restore what :meth:`state_dict` saved (a resume, or a rollback's restore). The live ``event`` and
         ``rollback`` are kept: they are the record of what this run did."""
         self.baseline_distinct2 = state_number(state, "baseline_distinct2", low=0.0, high=1.0, optional=True)
+        self.baseline_entropy = state_number(state, "baseline_entropy", low=0.0, optional=True)
         if self.detector is not None and "detector" in state:
             self.detector.load_state_dict(state["detector"])
         steps = state.get("saved_steps", [])

@@ -34,6 +34,11 @@ class MonitorConfig(ConfigSection):
             on a very short step.
         collapse_entropy_min (`float`, *optional*):
             Collapse alarm when the mean token entropy falls below it.
+        collapse_entropy_max (`float`, *optional*):
+            Alarm when the mean token entropy rises above it (entropy that explodes: clip-higher runs climbing to 2
+            nats, verl #2738), in nats of the sampling distribution (TRL's `entropy`).
+        collapse_entropy_rise (`float`, *optional*):
+            Alarm when the mean token entropy rises above (1 + rise) x its first measured value (1.0: doubled).
         collapse_distinct2_drop (`float`, *optional*):
             Collapse alarm when Distinct-2 falls below (1 - drop) x its first value (e.g. 0.5).
         collapse_repetition_max (`float`, *optional*):
@@ -156,6 +161,13 @@ class MonitorConfig(ConfigSection):
             "help": "Collapse alarm when the mean token entropy falls below it.",
         },
     )
+    collapse_entropy_max: float | None = field(
+        default=None, metadata={"help": "Alarm when the mean token entropy rises above it (entropy that explodes)."}
+    )
+    collapse_entropy_rise: float | None = field(
+        default=None,
+        metadata={"help": "Alarm when the mean token entropy rises above (1 + rise) x its first value (1.0: doubled)."},
+    )
     collapse_distinct2_drop: float | None = field(
         default=None, metadata={"help": "Collapse alarm when Distinct-2 falls below (1 - drop) x its first value."}
     )
@@ -247,6 +259,18 @@ class MonitorConfig(ConfigSection):
             _fail("diversity_repetition_n", self.diversity_repetition_n, "must be >= 1", "e.g. 3")
         if self.diversity_every < 1:
             _fail("diversity_every", self.diversity_every, "must be >= 1 (1: every step)", "e.g. diversity_every=4")
+        for name in ("collapse_entropy_max", "collapse_entropy_rise"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                _fail(name, value, "must be > 0 (an entropy, or a relative rise)", f"e.g. {name}=1.0, or None (off)")
+        low, high = self.collapse_entropy_min, self.collapse_entropy_max
+        if low is not None and high is not None and high <= low:
+            _fail(
+                "collapse_entropy_max",
+                high,
+                f"must lie above collapse_entropy_min={low}: every entropy would alarm",
+                f"e.g. collapse_entropy_max={max(2 * low, 1.0):g}",
+            )
         if self.collapse_distinct2_drop is not None and not 0 < self.collapse_distinct2_drop < 1:
             _fail("collapse_distinct2_drop", self.collapse_distinct2_drop, "must be a fraction in (0, 1)", "e.g. 0.5")
         if self.collapse_repetition_max is not None and self.collapse_repetition_max >= 1.0:
@@ -260,6 +284,8 @@ class MonitorConfig(ConfigSection):
             _fail("eval_pass_at_k", self.eval_pass_at_k, "k must be >= 1", "e.g. [1, 4, 8]")
         needs = {  # alarm field -> the diversity metric it reads
             "collapse_entropy_min": "entropy",
+            "collapse_entropy_max": "entropy",
+            "collapse_entropy_rise": "entropy",
             "collapse_distinct2_drop": "distinct",
             "collapse_repetition_max": "repetition",
         }
@@ -370,7 +396,13 @@ class MonitorConfig(ConfigSection):
             refusal = rollback_refusal(self.save_strategy, self.save_total_limit)
             if refusal is not None:
                 _fail("collapse_action", self.collapse_action, *refusal)
-        alarms = ("collapse_entropy_min", "collapse_distinct2_drop", "collapse_repetition_max")
+        alarms = (
+            "collapse_entropy_min",
+            "collapse_entropy_max",
+            "collapse_entropy_rise",
+            "collapse_distinct2_drop",
+            "collapse_repetition_max",
+        )
         independent = bool(self.collapse_audit_rewards or self.collapse_validation_metric)
         if (
             self.collapse_action != "warn"
