@@ -10,6 +10,7 @@ trl_grpo_ext.lab.stats).
     python benchmarks/evidence_study.py --study forks_pkpo      # pass@k advantages (PKPO) on the same task
     python benchmarks/evidence_study.py --study forks_explore   # W-REINFORCE and entropy-shaped advantages
     python benchmarks/evidence_study.py --study forks_dynamic   # dynamic sampling (DAPO's refill)
+    python benchmarks/evidence_study.py --study forks_dppo      # DPPO's trust region against TRL's ratio clip
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
     python benchmarks/evidence_study.py --study length_adaptive # the default tools' KL controller alone there
     python benchmarks/evidence_study.py --study length_other    # PF-PPO's filter and the default tools there
@@ -73,6 +74,7 @@ TESTBED_OF = {
     "forks_pkpo": "forks",
     "forks_explore": "forks",
     "forks_dynamic": "forks",
+    "forks_dppo": "forks",
     "length_kl": "length_bias",
     "length_adaptive": "length_bias",
     "length_other": "length_bias",
@@ -134,6 +136,14 @@ def studies() -> dict[str, dict[str, Arm]]:
             "dynamic sampling": Arm(
                 {"sample_filter": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
                 "groups without signal refilled, up to 3 rounds",
+            ),
+        },
+        # DPPO's binary trust region in place of TRL's ratio clip (vanilla: TRL's clip 0.2; clip-higher: forks_knobs)
+        # on the off-policy mini-batches of this task (steps_per_generation 4), at prime-rl's bound and a tighter one.
+        "forks_dppo": {
+            "DPPO-TV 0.2": Arm({"token_clip": "dppo"}, "binary TV, bounds 0.2 (prime-rl's default)"),
+            "DPPO-TV 0.05": Arm(
+                {"token_clip": "dppo", "dppo_delta_low": 0.05, "dppo_delta_high": 0.05}, "binary TV, bounds 0.05"
             ),
         },
         "length_kl": {

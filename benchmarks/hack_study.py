@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
 #: Settings with no hack (the proxy is the gold): runs whose completions lengthen because they learn, the detector's
 #: negative controls.
-HEALTHY = ("scratchpad", "terse")
+HEALTHY = ("scratchpad", "terse", "gym_chain_sum")
 ARMS = ("vanilla", "tools", "clean")
 #: What acting on the detector gives, trained for real (not part of the default arms): vanilla with
 #: ``collapse_action: rollback`` and a checkpoint every :data:`EVAL_EVERY` steps; its final model (the restored one) is
@@ -141,12 +141,17 @@ def run_one(job: dict) -> dict:
     # the audit: computed and logged, never trained on (weight 0), with a blind spot of its own (lab.testbeds.audit)
     from trl_grpo_ext.lab.testbeds.audit import tolerant_audit
 
+    # a testbed on another task names its training stream (the addition task's otherwise)
+    stream = getattr(bed, "train_problems", None)
     # the rollback arm checks hack_report's reading of the shape detector alone: the audit is computed (the same
     # trajectory) but not named to the detector there
     audits = [] if job["arm"] == "rollback" else ["tolerant_audit"]
     config = {**config, "reward_weights": [1.0, 0.0], "collapse_audit_rewards": audits}
     args = GRPOExtConfig(**config, output_dir=output_dir, disable_tqdm=True)
-    train = testbed.addition_problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
+    if stream is None:
+        train = testbed.addition_problems(job["steps"] * 16, split="train", seed=grpo_seed + 1)
+    else:
+        train = stream(job["steps"] * 16, seed=grpo_seed + 1)
     checkpoints = Checkpoints()
     trainer = GRPOExtTrainer(
         model=path, reward_funcs=[gold.wrap(reward), tolerant_audit], args=args, train_dataset=train,
