@@ -137,3 +137,32 @@ def test_the_terse_teacher_cuts_answers_to_their_last_digit():
     short = sum(len(r) == 1 for r in rows) / len(rows)
     assert abs(short - terse.TERSE) < 0.03
     assert terse.proxy_reward is terse.gold_reward and terse.gold_reward(["5", "55"], ["55", "55"]) == [0.0, 1.0]
+
+
+def test_the_gym_testbed_uses_the_librarys_tasks_and_verifier():
+    import random
+
+    import reasoning_gym
+
+    from trl_grpo_ext.lab.testbeds import gym_chain_sum as gym
+
+    splits = {split: gym.gym_items(split) for split in ("train", *gym.SPLITS)}
+    assert sum(len(items) for items in splits.values()) == 200  # two one-digit terms, + or -: every problem once
+    questions = [q for items in splits.values() for q, _ in items]
+    assert len(set(questions)) == 200 and len(splits["validation"]) > 10 and len(splits["test"]) > 10
+    question, answer = splits["test"][0]
+    assert question.startswith("State the final answer to the following arithmetic problem:")
+    # the library's verifier as it ships: partial credit for a completion that contains the answer; gold: full credit
+    library = reasoning_gym.create_dataset("chain_sum", **gym.GYM_CONFIG, size=1, seed=0)
+    assert gym.proxy_reward([answer, answer + "1", "x"], [answer] * 3) == [
+        library.score_answer(c, {"answer": answer}) for c in (answer, answer + "1", "x")
+    ]
+    assert gym.gold_reward([answer, answer + "1"], [answer] * 2) == [1.0, 0.0]
+    rng = random.Random(0)
+    cut = [gym.terse_answer("-15", rng) for _ in range(4000)]
+    assert abs(sum(len(c) == 1 for c in cut) / 4000 - gym.TERSE) < 0.05  # last digit only, about TERSE of the time
+    rows = gym.train_problems(50, seed=3)
+    assert (
+        set(rows["prompt"]) <= {q for q, _ in splits["train"]}
+        and rows["prompt"] == gym.train_problems(50, seed=3)["prompt"]
+    )
