@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
-from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, KL_CONTROLLERS, TOKEN_CLIPS, Extension
+from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, ENTROPY_CONTROLS, KL_CONTROLLERS, TOKEN_CLIPS, Extension
 from trl_grpo_ext.families.base import GenerationUpdate, HostView, restrict
 from trl_grpo_ext.families.contracts import MemberContractError, Receiver
 from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate
@@ -126,8 +126,8 @@ RECEIVE = Receiver(lambda: 3)
 def test_a_hook_with_the_wrong_parameters_is_refused_at_registration():
     with pytest.raises(
         MemberContractError,
-        match=r"token_clip='short_clip': ShortClip\.modify_logps\(self, logps\) takes 1 argument\(s\); the trainer "
-        r"calls modify_logps\(self, logps, ctx\).*interfaces\.TokenClip\.modify_logps",
+        match=r"token_clip='short_clip': ShortClip\.modify_logps\(self, logps\) cannot be called as "
+        r"modify_logps\(self, logps, ctx\).*interfaces\.TokenClip\.modify_logps",
     ):
 
         @TOKEN_CLIPS.register("short_clip")
@@ -138,7 +138,7 @@ def test_a_hook_with_the_wrong_parameters_is_refused_at_registration():
     assert "short_clip" not in TOKEN_CLIPS
     with pytest.raises(
         MemberContractError,
-        match=r"LateClip\.after_loss\(self\) takes 0 argument\(s\).*after_loss\(self, ctx\)"
+        match=r"LateClip\.after_loss\(self\) cannot be called as after_loss\(self, ctx\)"
         r".*base\.Extension\.after_loss",
     ):
 
@@ -149,6 +149,92 @@ def test_a_hook_with_the_wrong_parameters_is_refused_at_registration():
 
             def after_loss(self):  # type: ignore[override]
                 pass
+
+
+def test_members_that_would_train_as_silent_no_ops_are_refused_at_registration():
+    """Tried as a hostile user would (issue 46): a member of a family base that overrides no hook, one whose only hook
+    is misspelt, and a hook that takes ``**kwargs`` where the trainer passes arguments by position all used to pass."""
+    from trl_grpo_ext.families import KL_CONTROLLERS
+    from trl_grpo_ext.families.interfaces import EntropyControlBase, KLControllerBase, TokenClipBase
+
+    with pytest.raises(MemberContractError, match=r"kl_control='idle_kl': IdleKL implements none of"):
+
+        @KL_CONTROLLERS.register("idle_kl")
+        class IdleKL(KLControllerBase):  # the base's on_generation is a no-op: nothing would ever set beta
+            pass
+
+    with pytest.raises(MemberContractError, match=r"TypoKL\.after_los is no hook.*did you mean after_loss"):
+
+        @KL_CONTROLLERS.register("typo_kl")
+        class TypoKL(KLControllerBase):
+            def after_los(self, ctx):
+                self.host.beta = 0.1
+
+    with pytest.raises(MemberContractError, match=r"TypoClip\.modify_logp is no hook.*did you mean modify_logps"):
+
+        @TOKEN_CLIPS.register("typo_clip")
+        class TypoClip(TokenClipBase):
+            def select_tokens(self, logps, ctx):
+                return None
+
+            def modify_logp(self, logps, ctx):
+                return logps
+
+    with pytest.raises(MemberContractError, match=r"KwEntropy\.on_generation\(self, kw\) cannot be called as "):
+
+        @ENTROPY_CONTROLS.register("kw_entropy")
+        class KwEntropy(EntropyControlBase):
+            def on_generation(self, **kw):
+                return None
+
+    assert not {"idle_kl", "typo_kl"} & set(KL_CONTROLLERS.names())
+    assert "typo_clip" not in TOKEN_CLIPS and "kw_entropy" not in ENTROPY_CONTROLS
+
+    @TOKEN_CLIPS.register("star_clip")  # *args takes what the trainer passes: accepted
+    class StarClip(TokenClipBase):
+        def modify_logps(self, *args):
+            return args[0]
+
+    TOKEN_CLIPS.unregister("star_clip")
+
+
+def test_advantages_with_a_graph_or_the_wrong_width_and_unwritable_state_are_refused_by_name():
+    logps = torch.zeros(2, 3, requires_grad=True)
+    with pytest.raises(MemberContractError, match=r"Shaper\.shape_advantages at step 3: advantages carry a gradient"):
+        RECEIVE.shaped_advantages("Shaper", logps.sum(1) * 2, given=torch.zeros(2), rows=2, width=3)
+    from trl_grpo_ext.families.base import GenerationUpdate
+
+    with pytest.raises(MemberContractError, match=r"token-level advantages of width 5.*have 3 tokens"):
+        RECEIVE.generation_update(
+            "Wide", GenerationUpdate(advantages=torch.zeros(2, 5)), rows=2, family="advantage_estimator",
+            width=lambda: 3,
+        )  # fmt: skip
+    assert RECEIVE.generation_update(
+        "Fits", GenerationUpdate(advantages=torch.zeros(2, 3)), rows=2, family="advantage_estimator", width=lambda: 3
+    )
+    with pytest.raises(MemberContractError, match=r"Keeper\.state_dict at step 3: .*JSON state file cannot hold"):
+        RECEIVE.state("Keeper", {"moments": torch.zeros(2)})
+    with pytest.raises(MemberContractError, match=r"JSON state file cannot hold"):
+        RECEIVE.state("Keeper", {"beta": float("nan")})
+    assert RECEIVE.state("Keeper", {"beta": 0.1, "history": [1, 2]}) == {"beta": 0.1, "history": [1, 2]}
+
+
+def test_a_member_whose_state_no_checkpoint_can_write_fails_when_the_trainer_is_built(make_trainer):
+    from trl_grpo_ext.families.interfaces import TokenClipBase
+
+    @TOKEN_CLIPS.register("tensor_state")
+    class TensorState(TokenClipBase):
+        def modify_logps(self, logps, ctx):
+            return logps
+
+        def state_dict(self):
+            return {"seen": torch.zeros(1)}
+
+    try:
+        with pytest.raises(MemberContractError, match=r"TensorState\.state_dict at step 0"):
+            make_trainer(token_clip="tensor_state")
+    finally:
+        TOKEN_CLIPS.unregister("tensor_state")
 
 
 def test_an_observer_is_checked_at_registration_too():

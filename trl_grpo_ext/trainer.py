@@ -296,6 +296,8 @@ class GRPOExtTrainer(TRLHooks):
             cls = OBSERVERS.get(name)
             if cls.enabled(args):
                 self.extensions[name] = cls(self.ext_host)
+        for extension in self.extensions.values():  # a state no checkpoint could write fails now, not at the first save
+            self.ext_receiver.state(extension, extension.state_dict())
         # What the members were built from: a change to args before train() would not reach them (train() refuses it)
         self.ext_built_with = _plugin_settings(args)
         declared = declared_metrics(self.extensions.values())
@@ -407,8 +409,9 @@ class GRPOExtTrainer(TRLHooks):
         for key, extension in self.extensions.items():
             family = key if key in FAMILIES else "observer"
             update = self.ext_receiver.generation_update(
-                extension, extension.on_generation(batch), rows=rows, family=family
-            )
+                extension, extension.on_generation(batch), rows=rows, family=family,
+                width=lambda: batch.global_completions()[1].size(1),
+            )  # fmt: skip
             if update is not None:
                 self._apply_generation_update(batch, update)
                 if update.splice is not None:
@@ -583,7 +586,10 @@ class GRPOExtTrainer(TRLHooks):
         return dict(self.extensions)
 
     def ext_state_dict(self) -> dict[str, Any]:
-        return {name: part.state_dict() for name, part in self._stateful().items() if part.state_dict()}
+        states = {name: part.state_dict() for name, part in self._stateful().items()}
+        for name, state in states.items():  # named errors instead of json's, at the save that meets them
+            self.ext_receiver.state(self._stateful()[name], state)
+        return {name: state for name, state in states.items() if state}
 
     def ext_save_state(self, folder: str) -> None:
         """Write the extensions' state into the checkpoint ``folder`` about to be saved, first and atomically

@@ -19,7 +19,9 @@ Two sides, both here:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
+import json
 import math
 import numbers
 from typing import Any
@@ -105,7 +107,14 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
     from .interfaces import FAMILY_INTERFACES
 
     interface = FAMILY_INTERFACES[family]
-    implemented = [hook for hook in interface.hooks if getattr(obj, hook) is not getattr(Extension, hook)]
+    misspelt = _misspelt_hooks(obj)
+    if misspelt:
+        written, meant = misspelt[0]
+        raise MemberContractError(
+            f"{where}: {cls}.{written} is no hook; the trainer never calls it (did you mean {meant}?). Fix: rename it "
+            f"{meant}, or make it private (_{written}) if it is a helper."
+        )
+    implemented = [hook for hook in interface.hooks if _implements(obj, hook)]
     if not set(implemented) & set(interface.required):
         raise MemberContractError(
             f"{where}: {cls} implements none of {list(interface.required)}: {interface.why}. Fix: override "
@@ -122,12 +131,47 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             got = list(inspect.signature(getattr(obj, hook)).parameters)[1:]
         except (TypeError, ValueError):  # not introspectable (a C callable): the call will tell
             continue
-        if len(got) != len(expected):
+        try:  # the trainer passes the arguments by position
+            inspect.signature(getattr(obj, hook)).bind(None, *expected)
+        except TypeError:
             owner = f"interfaces.{interface.protocol.__name__}" if hook in interface.hooks else "base.Extension"
             raise MemberContractError(
-                f"{where}: {cls}.{hook}{_signature(got)} takes {len(got)} argument(s); the trainer calls "
-                f"{hook}{_signature(expected)}. Fix: use the signature of trl_grpo_ext.families.{owner}.{hook}."
-            )
+                f"{where}: {cls}.{hook}{_signature(got)} cannot be called as {hook}{_signature(expected)} (the "
+                f"trainer passes {len(expected)} argument(s) by position). Fix: use the signature of "
+                f"trl_grpo_ext.families.{owner}.{hook}."
+            ) from None
+
+
+def _is_family_base(klass: type) -> bool:
+    """Whether ``klass`` is one of the library's family bases (``Extension`` and the ``*Base`` classes of
+    ``families.interfaces``), whose hooks are no-ops: inheriting one implements nothing."""
+    return klass.__module__ in ("trl_grpo_ext.families.base", "trl_grpo_ext.families.interfaces") and (
+        klass.__name__ == "Extension" or klass.__name__.endswith("Base")
+    )
+
+
+def _implements(obj: type, hook: str) -> bool:
+    """Whether ``obj`` (or a base of its own, not a family base) defines ``hook``."""
+    for klass in obj.__mro__:
+        if hook in vars(klass):
+            return not _is_family_base(klass)
+    return False
+
+
+def _misspelt_hooks(obj: type) -> list[tuple[str, str]]:
+    """Public methods of ``obj``'s own classes (not the family bases) that look like a hook but are none
+    (``after_los`` for ``after_loss``): the trainer would never call them."""
+    found = []
+    for klass in obj.__mro__:
+        if klass is object or _is_family_base(klass):
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("_") or name in HOOKS or not callable(value):
+                continue
+            close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.85)
+            if close:
+                found.append((name, close[0]))
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------- combinations
@@ -193,7 +237,7 @@ class Receiver:
         return MemberContractError(f"{name}.{hook} at step {self._step_of()}: {problem}. Fix: {fix}")
 
     # ------------------------------------------------------------------ generation side
-    def generation_update(self, member, update, *, rows: int, family: str):
+    def generation_update(self, member, update, *, rows: int, family: str, width=None):
         """``on_generation``'s return: None, or an update of the type the member's ``family`` returns
         (:data:`~trl_grpo_ext.families.interfaces.FAMILY_INTERFACES`; a plain ``GenerationUpdate`` setting only the
         family's fields passes too) whose (N,) / (N, T') advantages are finite floats and (N,) keep flags are booleans,
@@ -227,7 +271,17 @@ class Receiver:
                 f"return {returns}; {', '.join(foreign)} belong(s) to another family's member",
             )
         if update.advantages is not None:
-            self.advantages(member, "on_generation", update.advantages, rows=rows, what="advantages of every process")
+            advantages = update.advantages
+            self.advantages(member, "on_generation", advantages, rows=rows, what="advantages of every process")
+            if advantages.dim() == 2 and width is not None and advantages.size(1) != width():
+                raise self.fail(
+                    member,
+                    "on_generation",
+                    f"token-level advantages of width {advantages.size(1)}; the batch's completions (every process's, "
+                    f"padded to the longest) have {width()} tokens",
+                    f"return ({rows}, {width()}) advantages, one per completion token (or ({rows},) per row): "
+                    "batch.global_completions() gives the ids and mask of that width",
+                )
         if update.keep is not None:
             keep = update.keep
             if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or tuple(keep.shape) != (rows,):
@@ -257,6 +311,15 @@ class Receiver:
                 f"{what} have shape {tuple(advantages.shape)}; the batch has {rows} rows",
                 f"return ({rows},) per-row or ({rows}, T) per-token advantages",
             )
+        if advantages.requires_grad:
+            raise self.fail(
+                member,
+                hook,
+                f"{what} carry a gradient graph (requires_grad): TRL's loss would send the policy gradient through "
+                "them",
+                "return them detached (advantages.detach()): an advantage weighs a log-probability, it is no output "
+                "to train",
+            )
         bad = ~torch.isfinite(advantages)
         if bool(bad.any()):
             rows_bad = sorted({int(i) for i in bad.nonzero()[:, 0].tolist()})[:8]
@@ -274,6 +337,22 @@ class Receiver:
         if advantages is None:
             return None
         return self.advantages(member, "group_advantages", advantages, rows=rows)
+
+    def state(self, member, state) -> dict:
+        """``state_dict()``'s return: a dict that JSON can write (the extensions' state file), without NaN or inf."""
+        if not isinstance(state, dict):
+            raise self.fail(member, "state_dict", f"returned {_describe(state)}", "return a dict (empty: no state)")
+        try:
+            json.dumps(state, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise self.fail(
+                member,
+                "state_dict",
+                f"returned a state the checkpoint's JSON state file cannot hold ({error})",
+                "return plain numbers, strings, lists and dicts (tensor.tolist(), float(x)), finite, so a checkpoint "
+                "can save it",
+            ) from None
+        return state
 
     # ------------------------------------------------------------------ loss side
     def shaped_advantages(self, member, advantages, *, given: torch.Tensor, rows: int, width: int) -> torch.Tensor:
