@@ -32,19 +32,23 @@ logger = logging.getLogger(__name__)
 TOKEN_CLIPS.register("none")(Off)
 
 
+def require_token_level(args, problem: str, fix: str = "set importance_sampling_level='token'") -> None:
+    """Refuse sequence-level importance sampling (GSPO) for a member that acts on tokens."""
+    if args.importance_sampling_level != "token":
+        raise config_error("token_clip", args.token_clip, problem, fix)
+
+
 class _CovarianceClip(TokenClipBase):
     #: The config fields it reads (its ``self.args`` holds these only).
     config_fields: ClassVar[tuple[str, ...]] = ("token_clip_scope",)
 
     @classmethod
     def check_combination(cls, args, members) -> None:
-        if args.importance_sampling_level != "token":
-            raise config_error(
-                "token_clip",
-                args.token_clip,
-                "token-level covariance clipping needs token-level importance sampling",
-                "set importance_sampling_level='token' or token_clip='none'",
-            )
+        require_token_level(
+            args,
+            "token-level covariance clipping needs token-level importance sampling",
+            "set importance_sampling_level='token' or token_clip='none'",
+        )
 
     prefix = ""
 
@@ -247,13 +251,9 @@ class DPPO(TokenClipBase):
 
     @classmethod
     def check_combination(cls, args, members) -> None:
-        if args.importance_sampling_level != "token":
-            raise config_error(
-                "token_clip",
-                args.token_clip,
-                "DPPO's trust region is per token; sequence-level importance sampling has no token ratio to mask",
-                "set importance_sampling_level='token'",
-            )
+        require_token_level(
+            args, "DPPO's trust region is per token; sequence-level importance sampling has no token ratio to mask"
+        )
         if args.loss_type not in DPPO_LOSS_TYPES:
             raise config_error(
                 "token_clip",
