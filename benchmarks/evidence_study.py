@@ -11,6 +11,7 @@ trl_grpo_ext.lab.stats).
     python benchmarks/evidence_study.py --study forks_explore   # W-REINFORCE and entropy-shaped advantages
     python benchmarks/evidence_study.py --study forks_dynamic   # dynamic sampling (DAPO's refill)
     python benchmarks/evidence_study.py --study forks_dppo      # DPPO's trust region against TRL's ratio clip
+    python benchmarks/evidence_study.py --study forks_entropy   # TRL's adaptive entropy bonus (AEPO's baseline)
     python benchmarks/evidence_study.py --study length_kl       # KL control vs a length-biased proxy reward
     python benchmarks/evidence_study.py --study length_adaptive # the default tools' KL controller alone there
     python benchmarks/evidence_study.py --study length_other    # PF-PPO's filter and the default tools there
@@ -75,6 +76,7 @@ TESTBED_OF = {
     "forks_explore": "forks",
     "forks_dynamic": "forks",
     "forks_dppo": "forks",
+    "forks_entropy": "forks",
     "length_kl": "length_bias",
     "length_adaptive": "length_bias",
     "length_other": "length_bias",
@@ -144,6 +146,13 @@ def studies() -> dict[str, dict[str, Arm]]:
             "DPPO-TV 0.2": Arm({"token_clip": "dppo"}, "binary TV, bounds 0.2 (prime-rl's default)"),
             "DPPO-TV 0.05": Arm(
                 {"token_clip": "dppo", "dppo_delta_low": 0.05, "dppo_delta_high": 0.05}, "binary TV, bounds 0.05"
+            ),
+        },
+        # TRL 1.16's adaptive entropy bonus (Skywork-OR1) at AEPO's target (forks_tools2's "AEPO (target 0.2)") and
+        # TRL's defaults otherwise: the baseline a user compares AEPO and entropy-shaped advantages with.
+        "forks_entropy": {
+            "TRL adaptive entropy (target 0.2)": Arm(
+                {"use_adaptive_entropy": True, "entropy_target": 0.2}, "entropy_coef moved by 0.005 a step"
             ),
         },
         "length_kl": {
