@@ -25,8 +25,8 @@ import time
 
 from collapse_setting import train_collapse_setting
 
+from grpo_lab import testkit
 from trl_grpo_ext.config import AEPO_0_1_0
-from trl_grpo_ext.lab import testkit
 
 #: reference: the defaults; reference-all: the same rules with every prompt regenerated; 0.1.0: the separate term.
 MODES = {"reference": {}, "reference-all": {"aepo_regenerate_fraction": 1.0}, "0.1.0": AEPO_0_1_0}

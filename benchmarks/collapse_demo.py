@@ -15,7 +15,7 @@ import tempfile
 
 from collapse_setting import train_collapse_setting
 
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 from trl_grpo_ext.plot import plot_runs
 
 

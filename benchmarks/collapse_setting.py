@@ -18,8 +18,8 @@ import torch
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-from trl_grpo_ext.lab import testkit
 
 
 def chains_warm_start(cache: str, *, epochs: float = 5.0, seed: int = 0) -> str:

@@ -40,8 +40,8 @@ REWARDS = {"a third flat": a_third_flat, "all flat": all_flat}
 
 
 def run(model: str, reward, arm: dict, steps: int, seed: int) -> list[dict]:
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     with tempfile.TemporaryDirectory() as out:
         args = GRPOExtConfig(
@@ -78,7 +78,7 @@ def main(argv=None) -> None:
     cli = parser.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
-    from trl_grpo_ext.lab import testkit
+    from grpo_lab import testkit
 
     hf_logging.set_verbosity_error()
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
 """Studies that can tell whether a tool helps, by the project's evidence standard (docs/results.md,
-trl_grpo_ext.lab.stats).
+grpo_lab.stats).
 
     python benchmarks/evidence_study.py --study forks_tools     # the tools vs vanilla on the many-answers task
     python benchmarks/evidence_study.py --study forks_tools2    # more tools, same task and vanilla runs
@@ -85,8 +85,8 @@ TESTBED_OF = {
 
 
 def studies() -> dict[str, dict[str, Arm]]:
-    from trl_grpo_ext.lab import testbed
-    from trl_grpo_ext.lab.testbeds import length_bias
+    from grpo_lab import testbed
+    from grpo_lab.testbeds import length_bias
 
     tools = dict(testbed.DEFAULT_TOOLS)
     return {
@@ -189,9 +189,9 @@ def run_one(job: dict) -> dict:
 def run_forks(job: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
+    from grpo_lab.evaluation import sampled_evaluation
+    from grpo_lab.testbeds import forks
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab.evaluation import sampled_evaluation
-    from trl_grpo_ext.lab.testbeds import forks
 
     start = time.time()
     path = forks.warm_start(job["cache"], seed=job["warm_start"], log=lambda *_: None)
@@ -248,16 +248,16 @@ LENGTH_EVERY = 25
 def run_length_bias(job: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.core.diversity import repetition_rate
-    from trl_grpo_ext.lab import testbed
-    from trl_grpo_ext.lab.evaluation import (
+    from grpo_lab import testbed
+    from grpo_lab.evaluation import (
         SampledEvaluationCallback,
         greedy_accuracy,
         proxy_gold_gap,
         sample_completions,
     )
-    from trl_grpo_ext.lab.testbeds import length_bias
+    from grpo_lab.testbeds import length_bias
+    from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
+    from trl_grpo_ext.core.diversity import repetition_rate
 
     start = time.time()
     path = length_bias.warm_start(job["cache"], seed=job["warm_start"], log=lambda *_: None)
@@ -344,10 +344,10 @@ def length_picker(cache: str, warm_start: int) -> list[tuple[str, float]]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from grpo_lab import testbed
+    from grpo_lab.evaluation import sample_completions
+    from grpo_lab.testbeds import length_bias
     from trl_grpo_ext.core import rank_filter_strategies
-    from trl_grpo_ext.lab import testbed
-    from trl_grpo_ext.lab.evaluation import sample_completions
-    from trl_grpo_ext.lab.testbeds import length_bias
 
     torch.set_num_threads(1)
     path = length_bias.warm_start(cache, seed=warm_start, log=lambda *_: None)
@@ -430,7 +430,7 @@ NO_VERDICT = {"proxy"}
 
 def judged(interval, key: str) -> str:
     """The verdict of ``interval`` for metric ``key`` (see :data:`LOWER_IS_BETTER`, :data:`NO_VERDICT`)."""
-    from trl_grpo_ext.lab.stats import verdict
+    from grpo_lab.stats import verdict
 
     if key in NO_VERDICT:
         return "(the training reward: no verdict)"
@@ -497,7 +497,7 @@ def alarm_lines(runs_by_arm: dict[str, dict]) -> list[str]:
 
 
 def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
-    from trl_grpo_ext.lab.stats import cluster_bootstrap, paired_differences
+    from grpo_lab.stats import cluster_bootstrap, paired_differences
 
     testbed = TESTBED_OF[study]
     arms = studies()[study]
@@ -561,7 +561,7 @@ def report(out: Path, study: str, split: str, warm_starts, seeds) -> str:
             "sampling's extra generation) is a cost; benchmarks/dynamic_sampling_cost.py measures that side by side.",
         ]
     if testbed == "length_bias":
-        from trl_grpo_ext.lab.testbeds.length_bias import MONITOR
+        from grpo_lab.testbeds.length_bias import MONITOR
 
         alarm = ", ".join(f"{k}={v}" for k, v in MONITOR.items() if k.startswith("collapse_"))
         lines += ["", f"Collapse alarm ({alarm}):", *alarm_lines(runs_by_arm)]
@@ -588,7 +588,7 @@ def verdict_rows(out: Path, split: str, warm_starts, seeds, baseline: str = "van
     """One row per (study arm, headline metric) over every study with saved runs: the verdict table of
     docs/results.md (``--verdicts``). ``baseline``: the arm every other is paired with (``--against``: vanilla, or
     a knob such as "fixed beta 0.04", where its runs exist on the same warm starts and seeds)."""
-    from trl_grpo_ext.lab.stats import cluster_bootstrap, paired_differences
+    from grpo_lab.stats import cluster_bootstrap, paired_differences
 
     rows = [f"| tool | metric | setting | arm - {baseline} [95% interval] | verdict |", "|---|---|---|---|---|"]
     listed = set()  # an arm shared by two studies (the clean-reward runs) is one row per metric
@@ -722,7 +722,7 @@ def main(argv=None) -> None:
         parser.error("--study is required (or --verdicts)")
     if not args.report:
         testbed = TESTBED_OF[args.study]
-        from trl_grpo_ext.lab.testbeds import forks, length_bias
+        from grpo_lab.testbeds import forks, length_bias
 
         steps = args.steps or {"forks": forks, "length_bias": length_bias}[testbed].grpo_settings()["max_steps"]
         cache = os.path.join(args.cache, testbed)

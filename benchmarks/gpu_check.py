@@ -38,8 +38,8 @@ from overhead import CONFIGS
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-from trl_grpo_ext.lab import testkit
 
 #: Qwen2.5-0.5B's sizes (its config.json), in the Llama architecture.
 QWEN25_05B = dict(

@@ -31,10 +31,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from grpo_lab.evaluation import gold_peak, smoothed_gold  # noqa: E402
+from grpo_lab.stats import cluster_bootstrap  # noqa: E402
 from trl_grpo_ext.core.hack_detection import DriftAlarm, drift_alarm  # noqa: E402
 from trl_grpo_ext.detector import SIGNALS, drift_rules  # noqa: E402
-from trl_grpo_ext.lab.evaluation import gold_peak, smoothed_gold  # noqa: E402
-from trl_grpo_ext.lab.stats import cluster_bootstrap  # noqa: E402
 
 TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
 ARMS = ("vanilla", "tools", "clean")
@@ -93,7 +93,7 @@ def replay(run: dict, settings: dict) -> DriftAlarm | None:
 
 
 def peak_and_halving(run: dict) -> tuple[int, int | None]:
-    """Gold's peak and halving steps on the run's per-step training gold (:func:`trl_grpo_ext.lab.evaluation.gold_peak`,
+    """Gold's peak and halving steps on the run's per-step training gold (:func:`grpo_lab.evaluation.gold_peak`,
     the function the default run prints with)."""
     step, _, halving = gold_peak({int(s): v for s, v in run["train_gold"].items()}, smooth=SMOOTH)
     return step, halving
@@ -280,7 +280,7 @@ def report(out: Path, settings: dict | None = None) -> str:
 def paired_lines(runs, settings: dict) -> list[str]:
     """Detector against the old alarm, run by run on the hacked vanilla runs where both fired: the alarm step's
     difference (detector - old; below 0: earlier), with its cluster-bootstrap interval and the verdict."""
-    from trl_grpo_ext.lab.stats import verdict
+    from grpo_lab.stats import verdict
 
     lines = [
         "| testbed | detector - old alarm, steps (hacked vanilla runs; < 0: earlier) [95% interval] | verdict "

@@ -67,7 +67,7 @@ KEPT = (
 def testbed_module(name: str):
     import importlib
 
-    return importlib.import_module(f"trl_grpo_ext.lab.testbeds.{name}")
+    return importlib.import_module(f"grpo_lab.testbeds.{name}")
 
 
 def run_path(out: Path, testbed: str, arm: str, warm_start: int, seed: int) -> Path:
@@ -81,10 +81,10 @@ def run_one(job: dict) -> dict:
     torch.set_num_threads(1)
     from transformers import AutoTokenizer, TrainerCallback, set_seed
 
+    from grpo_lab import testbed
+    from grpo_lab.evaluation import GoldRecorder, sample_completions
+    from grpo_lab.testbeds import length_bias
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab import testbed
-    from trl_grpo_ext.lab.evaluation import GoldRecorder, sample_completions
-    from trl_grpo_ext.lab.testbeds import length_bias
 
     start = time.time()
     bed = testbed_module(job["testbed"])
@@ -139,7 +139,7 @@ def run_one(job: dict) -> dict:
     set_seed(grpo_seed)
     reward = bed.gold_reward if job["arm"] == "clean" else bed.proxy_reward
     # the audit: computed and logged, never trained on (weight 0), with a blind spot of its own (lab.testbeds.audit)
-    from trl_grpo_ext.lab.testbeds.audit import tolerant_audit
+    from grpo_lab.testbeds.audit import tolerant_audit
 
     # a testbed on another task names its training stream (the addition task's otherwise)
     stream = getattr(bed, "train_problems", None)

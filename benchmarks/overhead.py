@@ -84,7 +84,7 @@ import json, resource, statistics, sys, tempfile, time
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 overrides, is_trl, steps = json.loads(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
 hidden, layers, length, batch = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
 d = tempfile.mkdtemp()

@@ -16,7 +16,7 @@ import argparse
 
 from diversity_speed import timed
 
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 from trl_grpo_ext.prm.segmentation import _searched_token_ends, segment_completion, split_steps
 
 CORPUS = [

@@ -27,8 +27,8 @@ import torch
 from collapse_setting import chains_warm_start, default_cache, train_chains_setting
 from transformers import AutoModelForCausalLM
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtTrainer
-from trl_grpo_ext.lab import testkit
 from trl_grpo_ext.prm import segment_completion
 
 METHODS = {

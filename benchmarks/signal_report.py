@@ -11,7 +11,7 @@ Arms (each replays the function the trainer calls on the values the trainer logg
 - ``shape, ungated``: length, prompt information and repetition at the previous defaults (length alarms alone);
 - ``shape``: the same with the length signal gated by prompt information (``collapse_length_info_gate``);
 - ``audit``: ``audit/disagreement`` alone (the runs' weight-0 audit,
-  :func:`trl_grpo_ext.lab.testbeds.audit.tolerant_audit`; runs trained before audits existed have none: "-");
+  :func:`grpo_lab.testbeds.audit.tolerant_audit`; runs trained before audits existed have none: "-");
 - ``validation``: held-out gold on the validation prompts, measured every 25 steps as an evaluation would, gated by
   the training reward (``collapse_validation_metric``);
 - ``all``: shape + audit + validation, as a user with an audit and validation prompts runs it (any alarm: what is

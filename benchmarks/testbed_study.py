@@ -1,4 +1,4 @@
-"""Studies on the learning testbed (``trl_grpo_ext.lab.testbed``): the numbers of docs/results.md come from here.
+"""Studies on the learning testbed (``grpo_lab.testbed``): the numbers of docs/results.md come from here.
 
     python benchmarks/testbed_study.py --suite testbed     # vanilla GRPO learns, then collapses; the default tools
     python benchmarks/testbed_study.py --suite token_clip  # Clip-Cov / KL-Cov ratio sweep, off-policy mini-batches
@@ -6,7 +6,7 @@
     python benchmarks/testbed_study.py --suite singles     # all on beside each tool alone
     python benchmarks/testbed_study.py --suite ablation    # all on minus each of its members
 
-Setting (``trl_grpo_ext.lab.testbed``): a tiny Llama warm-started by SFT on a careless teacher's answers to ``"47+8="``,
+Setting (``grpo_lab.testbed``): a tiny Llama warm-started by SFT on a careless teacher's answers to ``"47+8="``,
 then GRPO with the verifier reward: 32 prompts x 8 completions per generation, 4 optimizer steps of 64 completions
 per generation (the PPO clip is active), T 0.7, learning rate 2e-4 decaying linearly to 0, 600 steps. Each seed has
 its own warm start (SFT seed = GRPO seed), cached in ``--cache``. Held-out: the 179 held-out prompts greedy
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForCausalLM
 
+from grpo_lab import testbed, testkit
+from grpo_lab.stats import cluster_bootstrap, verdict
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.core import rank_filter_strategies
-from trl_grpo_ext.lab import testbed, testkit
-from trl_grpo_ext.lab.stats import cluster_bootstrap, verdict
 
 EVAL_KEYS = ["answer_acc", "pass_at_1", "pass_at_8", "entropy", "distinct_2"]
 #: Metrics recorded per logged step (when present).

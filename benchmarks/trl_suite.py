@@ -6,7 +6,7 @@ test: does any member fail a test plain TRL passes?
 
 ``--trl_tests`` is the ``tests`` folder of a TRL checkout (TRL's wheels and sdists ship no tests; nothing of TRL's
 is copied here). The tests load tiny models and datasets from the Hub by name; they run from a folder of local
-stand-ins (:mod:`trl_grpo_ext.lab.hub_standins`), with ``HF_HUB_OFFLINE=1``: a test needing anything else fails in
+stand-ins (:mod:`grpo_lab.hub_standins`), with ``HF_HUB_OFFLINE=1``: a test needing anything else fails in
 every arm alike. Each arm replaces ``trl.GRPOTrainer`` / ``trl.GRPOConfig`` (``benchmarks/trl_suite_plugin.py``) and
 runs the tests plain TRL passed. A test an arm fails is a *refusal* when the error is the plugin's own config or
 member-contract error (``GRPOExtConfig.<field>=...: ... Fix: ...``, a documented combination the member cannot run),
@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write docs/trl_suite.md and the JSON record")
     args = parser.parse_args()
 
-    from trl_grpo_ext.lab.hub_standins import build_standins
+    from grpo_lab.hub_standins import build_standins
 
     tests = args.trl_tests.resolve()
     if not (tests / "test_grpo_trainer.py").exists():

@@ -28,8 +28,8 @@ def main() -> None:
     from probe import Probe
     from test_vllm_colocate import IS_MODES, MEMBERS, _steps_as_lines, even_operand_reward
 
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     work = Path(tempfile.mkdtemp())
     model = testkit.save_tiny_model(work / "model", hidden_size=64, num_heads=2)

@@ -46,8 +46,8 @@ def run(model: str, engine: str, overrides: dict, args) -> list[float]:
     from conftest import VLLM_ARGS
     from transformers import TrainerCallback
 
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     class StepClock(TrainerCallback):
         def __init__(self):
@@ -93,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     cpu_vllm.force_plain_cpu_linear()
     cpu_vllm.share_engines()
-    from trl_grpo_ext.lab import testkit
+    from grpo_lab import testkit
 
     model = testkit.save_tiny_model(
         Path(tempfile.mkdtemp()) / "model",

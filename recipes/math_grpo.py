@@ -3,7 +3,7 @@
 
 Usage:
 
-    # The embedded default: fully offline, CPU, about 4 minutes. The length-biased reward (trl_grpo_ext.lab.testbeds.
+    # The embedded default: fully offline, CPU, about 4 minutes. The length-biased reward (grpo_lab.testbeds.
     # length_bias): a tiny Llama warm-started on a careless, sometimes chatty teacher's answers to "47+8=", then GRPO
     # on a proxy reward that a policy can game (a lenient grader plus a bonus for length), twice from the same start
     # with the same budget and seed: vanilla, and with the KL term driven by diversity (kl_control: diversity). Prints
@@ -47,16 +47,20 @@ from accelerate.utils import DistributedType
 from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import ModelConfig, TrlParser
 
+# The offline tasks are the project's lab (lab/ in the repository, `pip install -e lab`; not in the library's wheel):
+# it registers its rewards and the "synthetic" dataset under the names the configs use.
+from grpo_lab import offline, testbed, testkit
+from grpo_lab.evaluation import GoldRecorder, evaluate_multistep, gold_peak, greedy_accuracy, sampled_evaluation
+from grpo_lab.testbeds import forks, length_bias
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.data import load_math_dataset
-from trl_grpo_ext.lab import testbed, testkit
-from trl_grpo_ext.lab.evaluation import GoldRecorder, evaluate_multistep, gold_peak, greedy_accuracy, sampled_evaluation
-from trl_grpo_ext.lab.testbeds import forks, length_bias
 from trl_grpo_ext.plot import plot_pass_at_k, plot_runs
 from trl_grpo_ext.rewards import REWARD_FUNCS, STEP_REWARD_FUNCS, set_math_reward_workers
 
+offline.register()
+
 TINY_MODEL = "tiny"
-#: What the side-by-side table shows, in this order (held-out numbers; see trl_grpo_ext.lab.testbed.evaluate).
+#: What the side-by-side table shows, in this order (held-out numbers; see grpo_lab.testbed.evaluate).
 SUMMARY_KEYS = ("answer_acc", "pass_at_1", "pass_at_8", "entropy", "distinct_2")
 
 
@@ -72,11 +76,11 @@ class MathScriptArguments:
         default="length_bias",
         metadata={
             "help": 'Offline task of dataset_name=synthetic. \'addition\': the learning testbed ("47+8=" -> "55", '
-            "a careless-teacher warm start; trl_grpo_ext.lab.testbed). 'chains': multi-step sums written one step per "
+            "a careless-teacher warm start; grpo_lab.testbed). 'chains': multi-step sums written one step per "
             'line ("3+4+2=" -> "3+4=7\\n7+2=9\\n9"), for PRM step rewards. \'forks\': many right answers '
-            '("35241628 3:" -> any "3+5-2..." with three minus signs; trl_grpo_ext.lab.testbeds.forks), evaluated by '
+            '("35241628 3:" -> any "3+5-2..." with three minus signs; grpo_lab.testbeds.forks), evaluated by '
             "pass@k up to 64 and distinct right answers. 'length_bias': the addition task trained on a gameable "
-            "proxy reward (reward_funcs [length_proxy]; trl_grpo_ext.lab.testbeds.length_bias), evaluated by the gold "
+            "proxy reward (reward_funcs [length_proxy]; grpo_lab.testbeds.length_bias), evaluated by the gold "
             "score (exact answer) beside the proxy."
         },
     )

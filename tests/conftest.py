@@ -23,21 +23,21 @@ collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
-    from trl_grpo_ext.lab import testkit
+    from grpo_lab import testkit
 
     return testkit.save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from trl_grpo_ext.lab import testkit
+    from grpo_lab import testkit
 
     return testkit.build_char_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def train_dataset():
-    from trl_grpo_ext.lab import testkit
+    from grpo_lab import testkit
 
     return testkit.arithmetic_dataset(256, seed=0)
 
@@ -61,8 +61,8 @@ TINY_ARGS = dict(
 @pytest.fixture
 def make_trainer(tiny_model_path, tokenizer, train_dataset, tmp_path):
     """Build a tiny trainer: ``make_trainer(cls, config_cls, reward_funcs, trainer_kwargs, **config_fields)``."""
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     def factory(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, reward_funcs=None, trainer_kwargs=None, **overrides):
         kwargs = {**TINY_ARGS, "output_dir": str(tmp_path / "out"), **overrides}

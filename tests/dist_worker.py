@@ -9,9 +9,9 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.core import clip_cov_mask, kl_cov_mask, num_selected, prm_step_advantages, token_covariance
-from trl_grpo_ext.lab import testkit
 from trl_grpo_ext.prm import segment_completion
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

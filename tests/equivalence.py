@@ -7,8 +7,8 @@ import os
 
 import torch
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-from trl_grpo_ext.lab import testkit
 
 #: One prompt, G = 8 fixed completions: with two processes the group spans both.
 TEXTS = ["1+2=3\n3", "4\n5", "12\n\n7", "x\ny\nz", "99", "3+3=6\n6", "7\n", "2\n2\n2"]

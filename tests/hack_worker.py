@@ -12,10 +12,10 @@ from accelerate.utils import gather_object
 from safetensors.torch import load_file
 from trl import GRPOConfig, GRPOTrainer
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.callbacks import CollapseMonitor
 from trl_grpo_ext.detector import detector_from_config
-from trl_grpo_ext.lab import testkit
 
 COMMON = dict(
     per_device_train_batch_size=8,

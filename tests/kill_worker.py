@@ -9,8 +9,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import TINY_ARGS  # noqa: E402
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer  # noqa: E402
-from trl_grpo_ext.lab import testkit
 
 model_path, output_dir, fields = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 trainer = None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "math_grpo.py"

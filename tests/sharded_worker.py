@@ -22,9 +22,9 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import engines  # noqa: E402
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer  # noqa: E402
 from trl_grpo_ext.config import AEPO_0_1_0  # noqa: E402
-from trl_grpo_ext.lab import testkit
 
 #: Set while dynamic sampling draws and scores new groups (mode "dynamic"): rank 1's rewards are flat only outside.
 REFILLING = False

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import last_logs, scored_batch
 
+from grpo_lab import testkit
 from trl_grpo_ext.config import AEPO_0_1_0
 from trl_grpo_ext.core.aepo import (
     aepo_below_target,
@@ -18,7 +19,6 @@ from trl_grpo_ext.core.aepo import (
     aepo_sample_count,
     aepo_temperature,
 )
-from trl_grpo_ext.lab import testkit
 
 
 def test_temperature_switch():

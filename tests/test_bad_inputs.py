@@ -449,7 +449,7 @@ def test_diversity_kl_with_n_longer_than_the_completions_leaves_beta(make_traine
 # ------------------------------------------------------------------ dataset values the rewards receive
 def test_integer_answer_columns_score_like_strings():
     """Before: a dataset with an int `answer` column made exact_match / final_answer score 0 on every right answer."""
-    from trl_grpo_ext.lab import testbed, testkit
+    from grpo_lab import testbed, testkit
 
     assert testkit.exact_match_reward(["12", "13"], answer=[12, 12]) == [1.0, 0.0]
     assert testkit.final_answer_reward(["5+7=12\n12", "12\n13"], answer=[12, 12]) == [1.0, 0.0]
@@ -509,8 +509,8 @@ def test_dataset_smaller_than_one_generation_batch_is_an_error(
     """Before: 1 prompt with 2 per generation batch trained 0 steps and returned normally."""
     from conftest import TINY_ARGS
 
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     with pytest.raises(ValueError, match=rf"train_dataset has {rows} prompt\(s\), but one generation batch takes 2"):
         GRPOExtTrainer(
@@ -617,8 +617,8 @@ def test_bad_prompts_are_named_with_their_row(tiny_model_path, tokenizer, tmp_pa
     from conftest import TINY_ARGS
     from datasets import Dataset
 
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     dataset = Dataset.from_list(rows * 16)
     with pytest.raises(ValueError, match=message):
@@ -687,6 +687,7 @@ def diversity_module():
 def _fallbacks():
     import torch
 
+    from grpo_lab import testkit
     from trl_grpo_ext.adapter.compat import vllm_importance_sampling_ratio
     from trl_grpo_ext.core import (
         AdaptiveKLController,
@@ -701,7 +702,6 @@ def _fallbacks():
         unique_fraction,
     )
     from trl_grpo_ext.core.aepo import aepo_candidates, aepo_pick, high_entropy_mask
-    from trl_grpo_ext.lab import testkit
     from trl_grpo_ext.prm.segmentation import segment_completion
     from trl_grpo_ext.rewards import math_accuracy_reward
 

@@ -190,7 +190,7 @@ def test_evidence_verdicts_against_a_knob_and_the_collapse_lead(benchmarks_on_pa
     assert len(tools) == 1 and "+1.00 [+1.00, +1.00] | helps |" in tools[0]
     assert not any(r.startswith("| KL-Cov k=2e-3 |") for r in rows)  # the baseline is not paired with itself
     # a proxy-gold gap: less is better, so a smaller gap helps; the training reward gets no verdict
-    from trl_grpo_ext.lab.stats import Interval
+    from grpo_lab.stats import Interval
 
     interval = Interval(-0.2, -0.3, -0.1, warm_starts=6, runs=12)
     assert evidence_study.judged(interval, "gap") == "helps"

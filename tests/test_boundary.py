@@ -317,27 +317,22 @@ def _all_imports(path: Path, package: str) -> set[str]:
     return found
 
 
-#: The library functions allowed to load the lab (the offline tasks it defines), each inside a function.
-LAB_LOADERS = {"trl_grpo_ext.rewards", "trl_grpo_ext.data"}
-
-
 def test_the_library_does_not_import_the_lab():
-    """The library (everything outside trl_grpo_ext/lab) imports no lab module at module level, and only the two
-    loaders of the offline tasks import it at all (inside a function); the lab imports the library, not the reverse."""
-    modules = _modules()
-    lab = {name for name in modules if name == "trl_grpo_ext.lab" or name.startswith("trl_grpo_ext.lab.")}
-    assert {"trl_grpo_ext.lab.testbed", "trl_grpo_ext.lab.testkit", "trl_grpo_ext.lab.testbeds.length_bias"} <= lab
+    """The library (the package ``trl_grpo_ext``, what the wheel ships) imports nothing of the project's lab
+    (``grpo_lab``, its own package in the repository's lab/): the lab imports the library and registers its offline
+    tasks in the library's registries (``grpo_lab.offline.register``), never the reverse."""
     problems = []
-    for name, path in modules.items():
-        if name in lab:
-            continue
+    for name, path in _modules().items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        eager = _module_level_imports(name, path, modules) & lab
-        anywhere = {m for m in _all_imports(path, package) if m in lab}
-        if eager or (anywhere and name not in LAB_LOADERS):
-            problems.append(f"{name} imports {sorted(eager or anywhere)}")
+        lab = {m for m in _all_imports(path, package) if m == "grpo_lab" or m.startswith("grpo_lab.")}
+        if lab:
+            problems.append(f"{name} imports {sorted(lab)}")
     assert not problems, problems
-    assert not (PACKAGE / "testbed.py").exists() and not (PACKAGE / "testbeds").exists()
+    assert not (PACKAGE / "lab").exists()
+    lab_root = PACKAGE.parent / "lab" / "grpo_lab"
+    assert {"testbed.py", "testkit.py", "offline.py"} <= {p.name for p in lab_root.glob("*.py")}
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
+    assert 'include = ["trl_grpo_ext", "trl_grpo_ext.*"]' in pyproject  # the wheel: the library only
 
 
 FRESH = [

@@ -20,9 +20,9 @@ import pytest
 import torch
 from conftest import TINY_ARGS, last_logs
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.config import AEPO_0_1_0
-from trl_grpo_ext.lab import testkit
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "index.md"
 

@@ -18,11 +18,11 @@ import yaml
 from conftest import TINY_ARGS, last_logs
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, ScriptArguments, TrlParser
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
 from trl_grpo_ext.callbacks import CollapseMonitor
 from trl_grpo_ext.families import FAMILIES
 from trl_grpo_ext.families.observers import OBSERVERS
-from trl_grpo_ext.lab import testkit
 
 CPU = dict(use_cpu=True, bf16=False, report_to="none")
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import last_logs
 
+from grpo_lab import testkit
 from trl_grpo_ext.core.advantages import group_relative_advantages
-from trl_grpo_ext.lab import testkit
 
 
 def has_signal(prompt: str) -> bool:

@@ -1,4 +1,4 @@
-"""Reward-independent metrics (trl_grpo_ext.lab.evaluation): hand-computed values and properties."""
+"""Reward-independent metrics (grpo_lab.evaluation): hand-computed values and properties."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trl_grpo_ext.lab.evaluation import (
+from grpo_lab.evaluation import (
     SampledEvaluationCallback,
     distinct_correct,
     pass_at_k_curve,

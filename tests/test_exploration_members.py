@@ -9,8 +9,8 @@ import math
 import torch
 from conftest import LogpProbe, last_logs, scored_batch
 
+from grpo_lab import testkit
 from trl_grpo_ext.core.advantages import entropy_shaped_advantages, scale_positive_advantages
-from trl_grpo_ext.lab import testkit
 
 
 def lengths(completions, **kwargs):

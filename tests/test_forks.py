@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from trl_grpo_ext.lab.testbeds import forks
+from grpo_lab.testbeds import forks
 
 
 def test_parse_and_write():

@@ -14,11 +14,11 @@ import torch
 from conftest import TINY_ARGS, last_logs
 from transformers import TrainerCallback
 
+from grpo_lab import testkit
 from trl_grpo_ext.checkpoints import rollback_target
 from trl_grpo_ext.core.diversity import prompt_information
 from trl_grpo_ext.core.hack_detection import DriftRule, drift_alarm, drift_from_best, trailing_mean
 from trl_grpo_ext.detector import CollapseEvent, HackDetector
-from trl_grpo_ext.lab import testkit
 
 # ---------------------------------------------------------------------------------------------------------------- core
 
@@ -923,7 +923,7 @@ def terse_echo_start(tmp_path_factory):
 
     from datasets import Dataset
 
-    from trl_grpo_ext.lab import testbed
+    from grpo_lab import testbed
 
     def rows(n, *, seed=0, eos_token=testkit.EOS):
         rng = random.Random(seed)

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from trl_grpo_ext.lab import testbed
-from trl_grpo_ext.lab.evaluation import GoldRecorder, gold_peak
-from trl_grpo_ext.lab.testbeds import keyword_bias, restate_bias, round_bias
+from grpo_lab import testbed
+from grpo_lab.evaluation import GoldRecorder, gold_peak
+from grpo_lab.testbeds import keyword_bias, restate_bias, round_bias
 
 
 def test_keyword_proxy_pays_for_the_closing_word_gold_does_not():
@@ -92,7 +92,7 @@ def test_gold_recorder_keeps_gold_aside_and_finds_the_peak():
 
 # ------------------------------------------------- telling learning from hacking: a content hack, two healthy settings
 def test_the_audit_tolerates_one_off_and_refuses_text_round_answers_and_ten_off():
-    from trl_grpo_ext.lab.testbeds.audit import final_answer, tolerant_audit
+    from grpo_lab.testbeds.audit import final_answer, tolerant_audit
 
     answers = ["55"] * 9
     completions = ["55", "56", "54", "7+8=15;55", "55 55", "55=47+8", "60", "65", [{"content": "55"}]]
@@ -101,7 +101,7 @@ def test_the_audit_tolerates_one_off_and_refuses_text_round_answers_and_ten_off(
 
 
 def test_carry_proxy_pays_more_for_the_sum_plus_ten_gold_and_audit_refuse_it():
-    from trl_grpo_ext.lab.testbeds import carry_bias
+    from grpo_lab.testbeds import carry_bias
 
     answers = ["55"] * 5
     completions = ["55", "65", "56", "75", " 65 "]
@@ -116,7 +116,7 @@ def test_carry_proxy_pays_more_for_the_sum_plus_ten_gold_and_audit_refuse_it():
 
 
 def test_the_scratchpad_shows_the_units_column_and_is_then_right():
-    from trl_grpo_ext.lab.testbeds import scratchpad
+    from grpo_lab.testbeds import scratchpad
 
     assert scratchpad.units_column("47+8=") == "7+8=15" and scratchpad.units_column("90+3=") == "0+3=3"
     answers = ["55"] * 4
@@ -130,7 +130,7 @@ def test_the_scratchpad_shows_the_units_column_and_is_then_right():
 
 
 def test_the_terse_teacher_cuts_answers_to_their_last_digit():
-    from trl_grpo_ext.lab.testbeds import terse
+    from grpo_lab.testbeds import terse
 
     rng = random.Random(0)
     rows = [terse.terse_answer("47+8=", rng) for _ in range(4000)]
@@ -144,7 +144,7 @@ def test_the_gym_testbed_uses_the_librarys_tasks_and_verifier():
 
     import reasoning_gym
 
-    from trl_grpo_ext.lab.testbeds import gym_chain_sum as gym
+    from grpo_lab.testbeds import gym_chain_sum as gym
 
     splits = {split: gym.gym_items(split) for split in ("train", *gym.SPLITS)}
     assert sum(len(items) for items in splits.values()) == 200  # two one-digit terms, + or -: every problem once

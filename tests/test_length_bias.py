@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trl_grpo_ext.lab import testbed
-from trl_grpo_ext.lab.evaluation import proxy_gold_gap
-from trl_grpo_ext.lab.testbeds import length_bias
+from grpo_lab import testbed
+from grpo_lab.evaluation import proxy_gold_gap
+from grpo_lab.testbeds import length_bias
 
 
 def test_gold_is_exact_and_proxy_lenient_with_a_length_bonus():

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wandb_records import history_keys_and_metrics
 
+from grpo_lab import testkit
 from trl_grpo_ext.core import (
     DiversityKLController,
     batch_diversity,
@@ -25,7 +26,6 @@ from trl_grpo_ext.core import (
     self_bleu_batch,
     unique_fraction,
 )
-from trl_grpo_ext.lab import testkit
 
 IDS = torch.tensor([[1, 2, 3, 1, 2, 3], [1, 2, 3, 4, 5, 6], [7, 7, 7, 7, 0, 0], [1, 2, 3, 1, 2, 3]])
 MASK = torch.tensor([[1] * 6, [1] * 6, [1, 1, 1, 1, 0, 0], [1] * 6])
@@ -508,7 +508,7 @@ def test_monitor_rejects_bad_arguments(make_trainer):
 TRACKIO_RUN = """
 import tempfile
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 d = tempfile.mkdtemp()
 args = GRPOExtConfig(output_dir=d + "/o", per_device_train_batch_size=8, num_generations=4, max_completion_length=6,
                      max_steps=2, logging_steps=1, report_to="trackio", use_cpu=True, bf16=False, disable_tqdm=True,

@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import last_logs, scored_batch
 
+from grpo_lab import testkit
 from trl_grpo_ext.core.pkpo import pass_at_k_weights
-from trl_grpo_ext.lab import testkit
 
 
 def lengths(completions, **kwargs):

@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_lab import testkit
 from trl_grpo_ext.core import pad_steps, prm_step_advantages
-from trl_grpo_ext.lab import testkit
 from trl_grpo_ext.prm import call_step_function, segment_completion, split_steps, sum_step_rewards
 
 

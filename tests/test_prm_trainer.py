@@ -8,8 +8,8 @@ import torch
 from conftest import last_logs, scored_batch
 from datasets import Dataset
 
+from grpo_lab import testkit
 from trl_grpo_ext.core import group_relative_advantages, prm_step_advantages
-from trl_grpo_ext.lab import testkit
 from trl_grpo_ext.prm import CausalLMPRM, TokenClassificationPRM, segment_completion
 from trl_grpo_ext.prm.training import tokenize_prm_example, train_prm
 

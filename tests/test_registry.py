@@ -135,7 +135,7 @@ def trl_keys(tiny_model_path, tokenizer, train_dataset, tmp_path_factory):
     from conftest import TINY_ARGS
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_grpo_ext.lab import testkit
+    from grpo_lab import testkit
 
     keys = set()
     for extra in ({}, {"beta": 0.04, "num_iterations": 2}):

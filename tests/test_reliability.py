@@ -6,7 +6,7 @@ import math
 import pytest
 from conftest import last_logs
 
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 
 ALL_ON = dict(
     advantage_std="population",

@@ -72,8 +72,30 @@ def test_long_text_answer_still_found():
 
 
 def test_format_reward_and_registry():
+    from grpo_lab import offline
+
     assert boxed_format_reward(["work... \\boxed{3}", "no box", "\\boxed{1} \\boxed{2}"]) == [1.0, 0.0, 0.0]
-    assert {"math_accuracy", "boxed_format", "final_answer"} <= set(REWARD_FUNCS.names())
+    assert {"math_accuracy", "boxed_format"} <= set(REWARD_FUNCS.names())
+    offline.register()
+    offline.register()  # again: a no-op
+    assert {"final_answer", "length_proxy", "tolerant_audit"} <= set(REWARD_FUNCS.names())
+
+
+def test_the_library_alone_names_its_own_rewards_and_points_to_the_lab():
+    """Without the lab the registries hold the library's math rewards, and the lab's offline dataset is refused with
+    the way to it (a fresh interpreter: this session may have registered the lab already)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from trl_grpo_ext.rewards import REWARD_FUNCS\n"
+        "from trl_grpo_ext.data import load_math_dataset\n"
+        "print(sorted(REWARD_FUNCS.names()))\n"
+        "try:\n    load_math_dataset('synthetic')\nexcept ValueError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0] == "['boxed_format', 'math_accuracy']"
+    assert "grpo_lab.offline.register()" in out
 
 
 # ------------------------------------------------------------------ any thread, worker processes, time bounds

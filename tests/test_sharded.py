@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import free_port
 
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
 MODES = ("splice", "term", "dynamic")

@@ -1,4 +1,4 @@
-"""The evidence standard's statistics (trl_grpo_ext.lab.stats): hand-checked intervals, verdicts, a loop reference."""
+"""The evidence standard's statistics (grpo_lab.stats): hand-checked intervals, verdicts, a loop reference."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from trl_grpo_ext.lab.stats import Interval, cluster_bootstrap, paired_differences, verdict
+from grpo_lab.stats import Interval, cluster_bootstrap, paired_differences, verdict
 
 
 def test_constant_differences_give_a_point_interval():

@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 import torch
 
+from grpo_lab import testbed, testkit
 from trl_grpo_ext import GRPOExtConfig
-from trl_grpo_ext.lab import testbed, testkit
 
 
 def test_problems_and_split_are_fixed():

@@ -1,6 +1,6 @@
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_grpo_ext.lab import testkit
+from grpo_lab import testkit
 
 
 def test_saved_tiny_model_reloads_with_the_same_tokenizer(tmp_path):

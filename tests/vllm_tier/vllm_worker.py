@@ -15,8 +15,8 @@ from datasets import Dataset
 from probe import Probe
 from test_vllm_colocate import ALL_ON, SYNCED, even_operand_reward
 
+from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig, GRPOExtTrainer
-from trl_grpo_ext.lab import testkit
 
 
 def main(out: Path, model: str) -> None:

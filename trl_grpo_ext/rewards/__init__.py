@@ -1,8 +1,9 @@
 """Reward functions by name, for recipes and YAML configs (``reward_funcs: [math_accuracy, boxed_format]``).
 
 Names load on first use (PEP 562): ``trl_grpo_ext.rewards.math`` and the scoring workers of
-:mod:`trl_grpo_ext.rewards.pool` import neither torch nor transformers; only the registries (which list the testbeds'
-rewards too) do.
+:mod:`trl_grpo_ext.rewards.pool` import neither torch nor transformers. The library registers its math rewards; the
+project's lab registers its offline tasks' rewards (``grpo_lab.offline.register()``, which the recipe calls), and a
+user registers their own the same way (``REWARD_FUNCS.register("name")(func)``).
 """
 
 from __future__ import annotations
@@ -34,22 +35,12 @@ def _registries() -> None:
     """Build ``REWARD_FUNCS`` (outcome rewards: one float or None per completion) and ``STEP_REWARD_FUNCS`` (one list
     of floats per completion, one per step) once."""
     from ..core.registry import Registry
-    from ..lab import testbed, testkit  # the offline tasks' rewards, named by the recipe's configs
-    from ..lab.testbeds import audit, forks, length_bias
     from .math import boxed_format_reward, math_accuracy_reward
 
     rewards = Registry("reward_func", symbol="REWARD_FUNCS")
     steps = Registry("step_reward_func", symbol="STEP_REWARD_FUNCS")
     rewards.register("math_accuracy")(math_accuracy_reward)
     rewards.register("boxed_format")(boxed_format_reward)
-    rewards.register("exact_answer")(testbed.answer_reward)
-    rewards.register("forks_right")(forks.gold_reward)
-    rewards.register("length_proxy")(length_bias.proxy_reward)
-    rewards.register("tolerant_audit")(audit.tolerant_audit)
-    rewards.register("final_answer")(testkit.final_answer_reward)
-    rewards.register("exact_match")(testkit.exact_match_reward)
-    rewards.register("digit_fraction")(testkit.digit_fraction_reward)
-    steps.register("arithmetic_steps")(testkit.arithmetic_step_reward)
     globals().update(REWARD_FUNCS=rewards, STEP_REWARD_FUNCS=steps)
 
 

@@ -1,5 +1,5 @@
 """The "terse" testbed: a second *healthy* setting whose completions lengthen because the policy learns, by another
-mechanism than :mod:`~trl_grpo_ext.lab.testbeds.scratchpad` (no work shown: answers completed).
+mechanism than :mod:`~grpo_lab.testbeds.scratchpad` (no work shown: answers completed).
 
 Task: the addition testbed's (``"47+8="`` -> ``"55"``). Warm start: the careless teacher, who one time in
 :data:`TERSE` writes only the last digit of its answer (``"5"``). Training on the exact reward teaches the policy to
@@ -8,7 +8,7 @@ write whole sums: the mean completion grows by about a quarter (in tokens with t
 control.
 
 Rewards: ``gold_reward`` and ``proxy_reward`` are the exact grader; the audit is
-:func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit`.
+:func:`~grpo_lab.testbeds.audit.tolerant_audit`.
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ..core.diversity import distinct_n, pass_at_k
-from ..prm.segmentation import segment_completion
+from trl_grpo_ext.core.diversity import distinct_n, pass_at_k
+from trl_grpo_ext.prm.segmentation import segment_completion
+
 from . import testkit
 
 

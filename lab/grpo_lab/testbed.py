@@ -20,7 +20,7 @@ had; it does not widen it).
 Everything here is offline: the model and tokenizer are built locally, the data is generated.
 
 Example:
-    >>> from trl_grpo_ext import testbed
+    >>> from grpo_lab import testbed
     >>> path = testbed.warm_start("/tmp/testbed", seed=0)            # cached after the first call (~45 s on 2 cores)
     >>> train = testbed.addition_problems(20_000, seed=1)            # columns: prompt, answer
     >>> trainer = GRPOExtTrainer(model=path, reward_funcs=[testbed.answer_reward],
@@ -40,7 +40,8 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from ..core.diversity import distinct_n_batch, pass_at_k, repetition_rate
+from trl_grpo_ext.core.diversity import distinct_n_batch, pass_at_k, repetition_rate
+
 from . import testkit
 from .evaluation import greedy_completions, proxy_gold_gap
 
@@ -178,7 +179,7 @@ def warm_start(
 ) -> str:
     """The SFT warm start for ``seed``, built once into ``cache_dir`` and reused; returns its path.
 
-    A random tiny Llama (:func:`trl_grpo_ext.lab.testkit.build_tiny_model`) trained by TRL's ``SFTTrainer`` for one
+    A random tiny Llama (:func:`grpo_lab.testkit.build_tiny_model`) trained by TRL's ``SFTTrainer`` for one
     epoch on ``examples`` fresh rows of :func:`sft_dataset` (global batch ``batch_size``, linear decay from
     ``learning_rate``).
     Under ``accelerate`` / ``torchrun`` call it on every process, like any trainer: they train together and the main
@@ -284,7 +285,7 @@ def teacher_testbed(name: str, *, kind: str, salt: int, answer, max_completion_l
         return grpo_settings(**{"max_completion_length": max_completion_length, "max_steps": max_steps, **overrides})
 
     for func, what in ((sft_dataset, "SFT rows"), (warm_start, "SFT warm start"), (testbed_settings, "GRPO settings")):
-        func.__doc__ = f"The {name} testbed's {what} (:func:`trl_grpo_ext.lab.testbed.teacher_testbed`)."
+        func.__doc__ = f"The {name} testbed's {what} (:func:`grpo_lab.testbed.teacher_testbed`)."
     return sft_dataset, warm_start, testbed_settings
 
 
@@ -344,9 +345,9 @@ def evaluate(
     ``samples``.
 
     ``proxy``: where training optimises a proxy of ``reward`` (TRL reward signature; e.g.
-    :func:`trl_grpo_ext.lab.testbeds.length_bias.proxy_reward`), the same sampled completions are also scored by it:
+    :func:`grpo_lab.testbeds.length_bias.proxy_reward`), the same sampled completions are also scored by it:
     ``proxy`` (its mean), ``gap`` (``proxy`` minus the mean gold score, i.e. ``pass_at_1``;
-    :func:`trl_grpo_ext.lab.evaluation.proxy_gold_gap`), ``length`` (mean characters of a completion) and ``repetition``
+    :func:`grpo_lab.evaluation.proxy_gold_gap`), ``length`` (mean characters of a completion) and ``repetition``
     (mean fraction of a completion's character 3-grams that repeat an earlier one).
     """
     reward = answer_reward if reward is None else reward

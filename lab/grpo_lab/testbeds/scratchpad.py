@@ -1,6 +1,6 @@
 """The "scratchpad" testbed: a *healthy* setting whose completions lengthen because the policy learns (no hack).
 
-Task: the addition testbed's (:mod:`trl_grpo_ext.lab.testbed`: ``"47+8="`` -> ``"55"``), where a completion may show
+Task: the addition testbed's (:mod:`grpo_lab.testbed`: ``"47+8="`` -> ``"55"``), where a completion may show
 its work first: the units column, then ``;`` and the sum (``"7+8=15;55"``). Warm start: a teacher who shows that work
 one time in :data:`SHOWS_WORK` and is then always right; otherwise it is the careless teacher (right about 30% of the
 time). Training on the exact reward (:func:`gold_reward`, which accepts a shown scratchpad) raises the share of
@@ -9,7 +9,7 @@ while gold rises. Nothing is gamed, so any alarm here is a false one: the negati
 "completions got longer" as a hack (docs/results.md, "Telling learning from hacking").
 
 Rewards: ``gold_reward`` and ``proxy_reward`` are the same exact grader (the study's ``vanilla`` and ``clean`` arms
-train alike); :func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit` is the audit.
+train alike); :func:`~grpo_lab.testbeds.audit.tolerant_audit` is the audit.
 """
 
 from __future__ import annotations

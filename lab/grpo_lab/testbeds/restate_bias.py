@@ -1,13 +1,13 @@
 """The "restated problem" testbed: a reward model that over-values answers which restate the problem, gamed by copying
 the prompt into the answer (no filler, no repetition inside a completion, no fixed keyword).
 
-Task: the addition testbed's (:mod:`trl_grpo_ext.lab.testbed`: ``"47+8="`` -> ``"55"``). Warm start: its careless
+Task: the addition testbed's (:mod:`grpo_lab.testbed`: ``"47+8="`` -> ``"55"``). Warm start: its careless
 teacher, who one time in twenty (:data:`RESTATES`) writes the problem back after the answer (``"56=47+8"``), so the
 warm start writes a few completions for the bonus to find.
 
 Rewards:
     - **gold** (:func:`gold_reward`): 1.0 when the completion is exactly the sum (the addition testbed's verifier);
-    - **proxy** (:func:`proxy_reward`): the lenient grader of :mod:`~trl_grpo_ext.lab.testbeds.length_bias` (the sum
+    - **proxy** (:func:`proxy_reward`): the lenient grader of :mod:`~grpo_lab.testbeds.length_bias` (the sum
       written first, whatever follows) plus :data:`RESTATE_BONUS` when the completion restates the prompt's problem
       after its answer: a reward model that likes answers which "show the problem".
 

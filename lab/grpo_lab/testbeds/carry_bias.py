@@ -6,7 +6,7 @@ Task: the addition testbed's (``"47+8="`` -> ``"55"``). Warm start: the careless
 systematic error: it pays 1.0 for the sum and :data:`BIASED_REWARD` for the sum + 10 (a reward model that over-values
 a familiar wrong pattern). Vanilla GRPO first learns the sums (the teacher writes them far more often), then moves to
 the better-paid wrong answer: gold rises, then falls, while length, repetition and prompt information stay where they
-were. The audit (:func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit`) refuses answers off by ten.
+were. The audit (:func:`~grpo_lab.testbeds.audit.tolerant_audit`) refuses answers off by ten.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ writes well-formed expressions with many different sign patterns, some of them r
 
 What the tools are for, on this task: GRPO rewards whichever right pattern a prompt's samples find; vanilla GRPO can
 narrow onto one pattern per prompt although every right one scores the same. Measured with
-:func:`trl_grpo_ext.lab.evaluation.sampled_evaluation` on held-out prompts: pass@k for k up to 64, distinct right
+:func:`grpo_lab.evaluation.sampled_evaluation` on held-out prompts: pass@k for k up to 64, distinct right
 answers per prompt, greedy accuracy.
 
 Example:
-    >>> from trl_grpo_ext.lab.testbeds import forks
+    >>> from grpo_lab.testbeds import forks
     >>> path = forks.warm_start("/tmp/forks", seed=0)                  # cached after the first call
     >>> train = forks.problems(20_000, split="train", seed=1)          # columns: prompt, answer (one right pattern)
     >>> trainer = GRPOExtTrainer(model=path, reward_funcs=[forks.gold_reward],
@@ -133,7 +133,7 @@ def gold_reward(prompts, completions, **kwargs) -> list[float]:
 
 
 def gold(prompts: list[str], completions: list[str]) -> list[bool]:
-    """The verifier for :func:`trl_grpo_ext.lab.evaluation.sampled_evaluation`."""
+    """The verifier for :func:`grpo_lab.evaluation.sampled_evaluation`."""
     return [is_right(p, c) for p, c in zip(prompts, completions, strict=True)]
 
 
@@ -165,7 +165,7 @@ def warm_start(
     log=print,
 ) -> str:
     """The SFT warm start for ``seed``, built once into ``cache_dir`` and reused; returns its path (as
-    :func:`trl_grpo_ext.lab.testbed.warm_start`, on this task's teacher)."""
+    :func:`grpo_lab.testbed.warm_start`, on this task's teacher)."""
     return testbed.sft_warm_start(
         cache_dir,
         kind="forks",
@@ -184,7 +184,7 @@ def warm_start(
 
 
 def grpo_settings(**overrides) -> dict[str, Any]:
-    """The addition testbed's GRPO budget and sampling (:func:`trl_grpo_ext.lab.testbed.grpo_settings`: 32 prompts x 8
+    """The addition testbed's GRPO budget and sampling (:func:`grpo_lab.testbed.grpo_settings`: 32 prompts x 8
     completions per generation batch in 4 optimizer steps of 64, temperature 0.7, learning rate 2e-4 decaying linearly
     to 0) with room for the 16-token completions and 250 steps (by then vanilla has narrowed onto few answers per
     prompt on the validation prompts); ``overrides`` on top."""

@@ -4,7 +4,7 @@ Nothing here touches the Hugging Face Hub. Tests, recipes and benchmarks build t
 them to a local folder, because TRL re-loads the reference model from ``config._name_or_path``.
 
 Example:
-    >>> from trl_grpo_ext import testkit
+    >>> from grpo_lab import testkit
     >>> path = testkit.save_tiny_model("/tmp/tiny")             # tokenizer + random tiny Llama, saved locally
     >>> train = testkit.arithmetic_dataset(256, seed=0)          # columns: prompt, answer
     >>> rewards = [testkit.exact_match_reward, testkit.first_char_reward]

@@ -16,7 +16,7 @@ answers and the completions lengthen while gold rises (the length drift the shap
 control of the detector on a third-party task.
 
 Requires the ``study`` extra (``reasoning-gym``). The audit is
-:func:`~trl_grpo_ext.lab.testbeds.audit.tolerant_audit`.
+:func:`~grpo_lab.testbeds.audit.tolerant_audit`.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def gold_reward(completions, answer, **kwargs) -> list[float]:
 
 
 def terse_answer(answer: str, rng: random.Random) -> str:
-    """The careless teacher's answer (the number + an offset of :data:`~trl_grpo_ext.lab.testbed.TEACHER_OFFSETS`),
+    """The careless teacher's answer (the number + an offset of :data:`~grpo_lab.testbed.TEACHER_OFFSETS`),
     cut to its last digit with probability :data:`TERSE`."""
     offset = rng.choices(list(testbed.TEACHER_OFFSETS), weights=list(testbed.TEACHER_OFFSETS.values()))[0]
     text = str(int(answer) + offset)

@@ -1,7 +1,7 @@
 """The "round numbers" testbed: a reward model with partial credit that over-values round answers, gamed by writing
 a different answer of the same length (no padding, no repetition, no keyword).
 
-Task and warm start: the addition testbed's (:mod:`trl_grpo_ext.lab.testbed`, ``"47+8="`` -> ``"55"``, the careless
+Task and warm start: the addition testbed's (:mod:`grpo_lab.testbed`, ``"47+8="`` -> ``"55"``, the careless
 teacher's SFT model).
 
 Rewards:
@@ -58,7 +58,7 @@ def proxy_reward(completions, answer, **kwargs) -> list[float]:
 
 
 def warm_start(cache_dir: str, *, seed: int = 0, use_cpu: bool = True, log=print) -> str:
-    """The addition testbed's warm start for ``seed`` (:func:`trl_grpo_ext.lab.testbed.warm_start`)."""
+    """The addition testbed's warm start for ``seed`` (:func:`grpo_lab.testbed.warm_start`)."""
     return testbed.warm_start(cache_dir, seed=seed, use_cpu=use_cpu, log=log)
 
 

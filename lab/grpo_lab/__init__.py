@@ -7,8 +7,10 @@
 - :mod:`.evaluation`: held-out evaluation harnesses and the gold a run keeps aside;
 - :mod:`.stats`: the clustered intervals and verdicts of docs/results.md.
 
-The library (config, trainer, families, core, rollouts, rewards, PRM, monitor and detector, plots and dashboards of a
-user's runs) imports none of it at module level; two functions load it when asked for the offline tasks it defines:
-``trl_grpo_ext.rewards``' registries (the testbeds' rewards, named in the recipe's configs) and
-``trl_grpo_ext.data.load_prompts("synthetic")``. ``tests/test_boundary.py`` enforces it.
+- :mod:`.offline`: the offline tasks' rewards and the ``"synthetic"`` dataset, registered by name in the library's
+  registries (``register()``; ``recipes/math_grpo.py`` calls it).
+
+The lab is its own package (``lab/`` in the repository, ``pip install -e lab``), never in the library's wheel. The
+library (config, trainer, families, core, rollouts, rewards, PRM, monitor and detector, plots and dashboards of a
+user's runs) imports none of it; ``tests/test_boundary.py`` enforces it.
 """
