@@ -451,6 +451,31 @@ def test_the_checkpoint_rules_are_a_leaf():
     assert not {name for name in imported if name.startswith(package)}, imported
 
 
+def test_the_family_vocabulary_is_a_leaf():
+    """trl_grpo_ext.api (the batch, loss and rollout types, the family Protocols and update types, the hook table,
+    the typed registries) imports torch, the pure core and the name constants only, at any level: the adapter, the
+    config and the families depend on it, it on none of them."""
+    package = "trl_grpo_ext"
+    imported = {name for name in _all_imports(PACKAGE / "api.py", package) if name.startswith(package)}
+    allowed = {"trl_grpo_ext", "trl_grpo_ext.names"}
+    assert all(name in allowed or name.startswith("trl_grpo_ext.core") for name in imported), imported
+    third_party = {name.split(".")[0] for name in _all_imports(PACKAGE / "api.py", package)} - {package}
+    assert third_party <= {"__future__", "inspect", "collections", "dataclasses", "typing", "torch"}, third_party
+
+
+def test_no_function_level_import_inside_the_families():
+    """The families' modules import what they use at module level: none hides an import cycle inside a function
+    (the class side of the member contract, the registries' wiring and the estimators a weighting checks included)."""
+    hidden = []
+    for path in sorted((PACKAGE / "families").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.ImportFrom) and inner.level > 0:
+                        hidden.append(f"{path.name}:{inner.lineno} {ast.unparse(inner)}")
+    assert not hidden, hidden
+
+
 def _args_read_per_class(path: Path) -> dict[str, set[str]]:
     """Config fields each class of a family module reads (``args.X`` / ``self.args.X``; not in ``enabled``,
     ``check_combination`` and ``never_negative_advantages``, which get the whole config)."""

@@ -10,19 +10,9 @@ class): the config package reads them here instead of importing the families, th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .core.registry import Registry
-
-if TYPE_CHECKING:  # the families import this module; their interfaces are only annotations here
-    from .families.interfaces import (
-        AdvantageEstimator,
-        AdvantageWeighting,
-        EntropyControl,
-        KLController,
-        SampleFilter,
-        TokenClip,
-    )
 
 #: The TRL minor version the copies of ``adapter.compat`` were taken from.
 TRL_VERSION = "1.16"
@@ -62,18 +52,15 @@ DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "prompt_in
 #: What the collapse alarm may do (``collapse_action``).
 ALARM_ACTIONS = ("warn", "save", "stop", "rollback", "screen")
 
-# Each registry is typed by its family's Protocol (trl_grpo_ext.families.interfaces): mypy checks a class at its
-# ``@REGISTRY.register(...)`` line; at run time the registry's ``check`` (the member contract) does.
-ADVANTAGE_ESTIMATORS: Registry[type[AdvantageEstimator]] = Registry(
-    "advantage_estimator", symbol="ADVANTAGE_ESTIMATORS"
-)
-ADVANTAGE_WEIGHTINGS: Registry[type[AdvantageWeighting]] = Registry(
-    "advantage_weighting", symbol="ADVANTAGE_WEIGHTINGS"
-)
-TOKEN_CLIPS: Registry[type[TokenClip]] = Registry("token_clip", symbol="TOKEN_CLIPS")
-SAMPLE_FILTERS: Registry[type[SampleFilter]] = Registry("sample_filter", symbol="SAMPLE_FILTERS")
-KL_CONTROLLERS: Registry[type[KLController]] = Registry("kl_control", symbol="KL_CONTROLLERS")
-ENTROPY_CONTROLS: Registry[type[EntropyControl]] = Registry("entropy_control", symbol="ENTROPY_CONTROLS")
+# The registries, untyped here (this module imports nothing of the families): trl_grpo_ext.families.interfaces
+# re-exports each typed by its family's Protocol, the names members register with (mypy checks a class at its
+# ``@REGISTRY.register(...)`` line); at run time the registry's ``check`` (the member contract) does.
+ADVANTAGE_ESTIMATORS: Registry[Any] = Registry("advantage_estimator", symbol="ADVANTAGE_ESTIMATORS")
+ADVANTAGE_WEIGHTINGS: Registry[Any] = Registry("advantage_weighting", symbol="ADVANTAGE_WEIGHTINGS")
+TOKEN_CLIPS: Registry[Any] = Registry("token_clip", symbol="TOKEN_CLIPS")
+SAMPLE_FILTERS: Registry[Any] = Registry("sample_filter", symbol="SAMPLE_FILTERS")
+KL_CONTROLLERS: Registry[Any] = Registry("kl_control", symbol="KL_CONTROLLERS")
+ENTROPY_CONTROLS: Registry[Any] = Registry("entropy_control", symbol="ENTROPY_CONTROLS")
 
 #: config switch -> its family's registry, in the order the trainer runs the members.
 FAMILIES: dict[str, Registry[Any]] = {

@@ -138,7 +138,7 @@ class GRPOExtConfig(
 
     def _check_members(self) -> None:
         """The selected members' rules: what each needs of the others and of TRL's settings, declared on the member
-        classes (built-in and registered alike; ``trl_grpo_ext.families.contracts.check_selection``, registered in
+        classes (built-in and registered alike; ``trl_grpo_ext.families.registration.check_selection``, registered in
         ``trl_grpo_ext.names.SELECTION_CHECKS`` when the families are imported)."""
         if not SELECTION_CHECKS:
             return  # the families are not imported: the trainer imports them and validates again

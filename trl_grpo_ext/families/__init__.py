@@ -20,17 +20,14 @@ needs no change::
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 
+from ..callbacks import ExtTimingCallback
+from ..names import SELECTION_CHECKS
 from .base import (
-    ADVANTAGE_ESTIMATORS,
-    ADVANTAGE_WEIGHTINGS,
-    ENTROPY_CONTROLS,
     FAMILIES,
-    KL_CONTROLLERS,
-    SAMPLE_FILTERS,
-    TOKEN_CLIPS,
     Extension,
     GenerationBatch,
     Host,
@@ -38,7 +35,25 @@ from .base import (
     Off,
 )
 from .base import registry_for as registry_for
-from .observers import OBSERVERS
+from .interfaces import (
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_WEIGHTINGS,
+    ENTROPY_CONTROLS,
+    KL_CONTROLLERS,
+    SAMPLE_FILTERS,
+    TOKEN_CLIPS,
+)
+from .registration import check_member_class, check_selection
+
+# The one place the families join the registries and the config's validation (before any member module registers):
+# every family registry checks a class against the member contract when it is registered (built-in and user alike),
+# and GRPOExtConfig.validate runs the selected members' rules.
+for _switch, _registry in FAMILIES.items():
+    _registry.check = functools.partial(check_member_class, family=_switch)
+if check_selection not in SELECTION_CHECKS:
+    SELECTION_CHECKS.append(check_selection)
+
+from .observers import OBSERVERS  # noqa: E402  (after the wiring: its registry checks with it too)
 
 # Every module of this folder registers its members when imported: a method added here as a module is a member of
 # its family with no line elsewhere in the package (docs/index.md, "Adding a variant", says what else it needs).
@@ -53,8 +68,6 @@ def declared_metrics(members=None) -> dict[str, tuple[str, ...]]:
     """The one source of the plugin's metric names: owner -> the keys it declares, for ``members`` (classes or
     instances; default: every registered family member and observer), the timing callback and the trainer itself.
     Dashboards, plots, wandb's metric groups and the tests read it; a new member's ``metrics`` appear everywhere."""
-    from ..callbacks import ExtTimingCallback
-
     if members is None:
         members = [reg.get(name) for reg in (*FAMILIES.values(), OBSERVERS) for name in reg.names()]
     members = list(members)

@@ -9,8 +9,8 @@ import torch
 from ..core.advantages import group_relative_advantages
 from ..core.pkpo import annealed_k, pass_at_k_weights
 from ..names import config_error, pkpo_start_k
-from .base import ADVANTAGE_ESTIMATORS, GenerationBatch
-from .interfaces import AdvantageEstimatorBase, AdvantageUpdate
+from .base import GenerationBatch
+from .interfaces import ADVANTAGE_ESTIMATORS, AdvantageEstimatorBase, AdvantageUpdate
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")

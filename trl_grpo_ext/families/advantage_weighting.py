@@ -6,8 +6,9 @@ import torch
 
 from ..core.advantages import scale_positive_advantages, w_reinforce_advantages
 from ..names import config_error
-from .base import ADVANTAGE_WEIGHTINGS, GenerationBatch, LossContext, Off
-from .interfaces import AdvantageUpdate, AdvantageWeightingBase
+from .advantage import OutcomeAdvantage
+from .base import GenerationBatch, LossContext, Off
+from .interfaces import ADVANTAGE_WEIGHTINGS, AdvantageUpdate, AdvantageWeightingBase
 
 ADVANTAGE_WEIGHTINGS.register("none")(Off)
 
@@ -36,8 +37,6 @@ class WReinforce(AdvantageWeightingBase):
 
     @classmethod
     def check_combination(cls, args, members) -> None:
-        from .advantage import OutcomeAdvantage
-
         estimator = members["advantage_estimator"]
         if args.w_reinforce_baseline == "none":
             if not issubclass(estimator, OutcomeAdvantage):

@@ -15,30 +15,31 @@ capability to declare.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
-from ..adapter.rollouts import RolloutService, Splice
-from ..core.collectives import Collectives
+from ..adapter.rollouts import RolloutService
 
-# The registries live in trl_grpo_ext.names (the config validates against them without importing the families).
-from ..names import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TOKEN_CLIPS, ...)
+# The registries (trl_grpo_ext.api types them; trl_grpo_ext.names holds them for the config), re-exported here too.
+from ..api import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TOKEN_CLIPS, ...)
     ADVANTAGE_ESTIMATORS,
     ADVANTAGE_WEIGHTINGS,
     ENTROPY_CONTROLS,
-    FAMILIES,
+    KEEP_KEY,
     KL_CONTROLLERS,
     SAMPLE_FILTERS,
-    SELECTION_CHECKS,
     TOKEN_CLIPS,
-    registry_for,
+    GenerationBatch,
+    GenerationUpdate,
+    LossContext,
+    Splice,
 )
-from .contracts import Receiver, check_member_class, check_selection
+from ..core.collectives import Collectives
+from ..names import FAMILIES, registry_for  # noqa: F401  (re-exported)
+from .contracts import Receiver
 
 if TYPE_CHECKING:  # what a member's ``self.args`` reads, for the type checker (at run time a ConfigView of it)
     from ..config import GRPOExtConfig
@@ -276,162 +277,6 @@ def restrict(host: Host, member: type) -> HostView:
         host = object.__getattribute__(host, "_host")
     args = ConfigView(host.args, config_fields_of(member), member.__name__)
     return HostView(host, getattr(member, "host_capabilities", ()), member.__name__, args=args)
-
-
-# Every family registry checks a class against the member contract when it is registered (built-in and user alike),
-# and GRPOExtConfig.validate runs the selected members' rules.
-for _switch, _registry in FAMILIES.items():
-    _registry.check = functools.partial(check_member_class, family=_switch)
-if check_selection not in SELECTION_CHECKS:
-    SELECTION_CHECKS.append(check_selection)
-
-#: Key under which a filtered batch carries each row's keep flag through TRL's shuffle and split.
-KEEP_KEY = "ext_keep"
-
-
-@dataclass
-class GenerationUpdate:
-    """What an ``on_generation`` hook changes; the trainer applies it to TRL's batch (a hook never edits TRL's output).
-
-    Attributes:
-        advantages: (N,) or token-level (N, T') advantages of all processes' rows; the trainer keeps this process's
-            rows (cut to its width and zeroed on padding) and updates the completions table.
-        keep: (N,) bool, the rows that train; the others are masked out of the loss (multiplied into ``tool_mask``,
-            the loss-mask slot TRL honours), ``num_items_in_batch`` is recounted over the kept tokens, and each row's
-            flag travels with it (``KEEP_KEY``) for per-micro-batch rescaling.
-        splice: rows to put in place of this process's first rows (see :class:`Splice`).
-    """
-
-    advantages: torch.Tensor | None = None
-    keep: torch.Tensor | None = None
-    splice: Splice | None = None
-
-
-@dataclass
-class GenerationBatch:
-    """One scored generation batch, before TRL shuffles and splits it.
-
-    Attributes:
-        output: TRL's local output dict (``advantages`` (B,), ``completion_mask`` (B, T), ...); read-only for hooks
-            (they return a :class:`GenerationUpdate`).
-        rewards_per_func: (N, F) rewards of all processes (N = B x processes), NaN for None.
-        rewards: (N,) weighted sum as TRL computes it, NaN where unscorable.
-        group_size: completions per prompt.
-        process_slice: this process's rows in the N global rows.
-        mode: "train" or "eval".
-        keep: (N,) bool rows that train, once a member returned ``keep`` (None: all).
-        inputs, prompts, completions, completion_ids_list: this process's rows as TRL passed them to the reward
-            functions.
-        rank_scores: (N,) what a sample filter ranks rows by: the weighted reward sum, or under
-            ``multi_objective_aggregation="normalize_then_sum"`` TRL's advantage (NaN where unscorable).
-        gather_padded: gathers a (B, T) tensor of every process, padded to the longest T (identity on one process).
-    """
-
-    output: dict[str, Any]
-    rewards_per_func: torch.Tensor
-    rewards: torch.Tensor
-    group_size: int
-    process_slice: slice
-    mode: str
-    keep: torch.Tensor | None = None
-    inputs: list[dict[str, Any]] = field(default_factory=list)
-    prompts: list[Any] = field(default_factory=list)
-    completions: list[Any] = field(default_factory=list)
-    completion_ids_list: list[list[int]] = field(default_factory=list)
-    rank_scores: torch.Tensor | None = None
-    gather_padded: Callable[[torch.Tensor], torch.Tensor] | None = None
-    _global_completions: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
-
-    def global_completions(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, T') completion ids and completion mask of all processes, gathered once per batch (a collective on
-        first use: call it on every process)."""
-        if self._global_completions is None:
-            ids, mask = self.output["completion_ids"], self.output["completion_mask"]
-            if self.gather_padded is not None:
-                ids, mask = self.gather_padded(ids), self.gather_padded(mask)
-            self._global_completions = (ids, mask)
-        return self._global_completions
-
-
-@dataclass
-class LossContext:
-    """One micro-batch inside ``_compute_loss``.
-
-    Attributes:
-        inputs: the micro-batch TRL's loss reads (advantages possibly rescaled by the sample filter).
-        mask: (B, T) loss mask (completion mask x tool/filter mask).
-        mode: "train" or "eval".
-        row_scale: factor the sample filter applies to per-sequence aggregations (1.0 otherwise).
-        forward_logps: (B, T) the policy's log-probs with gradient, as the model returned them (set by the trainer
-            once TRL's forward ran; members read :attr:`logps`).
-        selected: (B, T) bool, the tokens a member's ``select_tokens`` returned (the token clip's), or None (set by
-            the trainer).
-        entropies: (B, T) per-token entropies of the same forward pass (no gradient needed), or None where TRL did
-            not compute them (:attr:`token_entropies` raises then).
-        policy_weight: (B, T) the factor TRL 1.16 multiplies into its per-token policy loss (not the KL term): the
-            ``top_entropy_quantile`` mask x the ``off_policy_mask_threshold`` sequence mask x vLLM's importance-sampling
-            ratio, each where configured; None when none is (set by the trainer with ``logps``). Terms that act like the
-            policy loss (the KL-Cov penalty) are multiplied by it, and token clips choose among ``policy_mask``.
-    """
-
-    inputs: dict[str, Any]
-    mask: torch.Tensor
-    mode: str
-    row_scale: float = 1.0
-    forward_logps: torch.Tensor | None = None
-    selected: torch.Tensor | None = None
-    entropies: torch.Tensor | None = None
-    policy_weight: torch.Tensor | None = None
-
-    @property
-    def logps(self) -> torch.Tensor:
-        """(B, T) the policy's log-probs with gradient: set once TRL's forward ran, so readable from
-        ``shape_advantages`` on (``loss_scale`` runs before it)."""
-        if self.forward_logps is None:
-            raise RuntimeError("LossContext.logps is read before TRL's policy forward ran (in loss_scale?).")
-        return self.forward_logps
-
-    @property
-    def token_entropies(self) -> torch.Tensor:
-        """(B, T) per-token entropies; ``RuntimeError`` where TRL did not compute them."""
-        if self.entropies is None:
-            raise RuntimeError("LossContext.entropies: TRL did not compute per-token entropies for this micro-batch.")
-        return self.entropies
-
-    @property
-    def selection(self) -> torch.Tensor:
-        """(B, T) bool: :attr:`selected`, for the selecting member's own hooks; ``RuntimeError`` when none selected."""
-        if self.selected is None:
-            raise RuntimeError("LossContext.selected: no member returned a selection from select_tokens.")
-        return self.selected
-
-    @property
-    def policy_mask(self) -> torch.Tensor:
-        """(B, T) bool: the tokens whose policy loss TRL keeps (loss, entropy and off-policy masks, IS ratio > 0)."""
-        mask = self.mask.bool()
-        return mask if self.policy_weight is None else mask & (self.policy_weight > 0)
-
-    def weighted(self, per_token: torch.Tensor) -> torch.Tensor:
-        """(B, T) ``per_token`` multiplied by :attr:`policy_weight` (unchanged when TRL applies no such factor)."""
-        return per_token if self.policy_weight is None else per_token * self.policy_weight
-
-    @property
-    def old_logps(self) -> torch.Tensor:
-        """TRL's old log-probs, or the detached current ones when TRL skipped them (on-policy)."""
-        old = self.inputs.get("old_per_token_logps")
-        return self.logps.detach() if old is None else old
-
-    @property
-    def row_advantages(self) -> torch.Tensor:
-        """(B,) or (B, T) advantages as the batch holds them (the covariance functions take either; one per row
-        spares them a (B, T) expansion)."""
-        return self.inputs["advantages"]
-
-    @property
-    def advantages(self) -> torch.Tensor:
-        """(B, T) advantages as the loss sees them."""
-        adv = self.inputs["advantages"]
-        return (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(self.mask)
 
 
 class Extension:

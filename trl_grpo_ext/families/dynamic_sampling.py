@@ -11,8 +11,8 @@ import torch
 from ..adapter.rollouts import Rollout, Splice
 from ..core.sample_filter import pf_keep_mask
 from ..names import config_error
-from .base import SAMPLE_FILTERS, GenerationBatch
-from .interfaces import FilterUpdate
+from .base import GenerationBatch
+from .interfaces import SAMPLE_FILTERS, FilterUpdate
 from .sample_filter import PolicyFilter
 
 logger = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..core.advantages import entropy_shaped_advantages
-from .base import ENTROPY_CONTROLS, LossContext
-from .interfaces import EntropyControlBase
+from .base import LossContext
+from .interfaces import ENTROPY_CONTROLS, EntropyControlBase
 
 
 @ENTROPY_CONTROLS.register("entropy_advantage")

@@ -21,8 +21,8 @@ from ..core.aepo import (
 )
 from ..core.state import state_number
 from ..names import config_error
-from .base import ENTROPY_CONTROLS, GenerationBatch, LossContext, Off
-from .interfaces import EntropyControlBase, SpliceUpdate
+from .base import GenerationBatch, LossContext, Off
+from .interfaces import ENTROPY_CONTROLS, EntropyControlBase, SpliceUpdate
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from ..adapter.compat import per_token_kl
 from ..core.diversity import distinct_n_batch
 from ..core.kl_control import AdaptiveKLController, DiversityKLController
 from ..names import config_error
-from .base import KL_CONTROLLERS, GenerationBatch, LossContext, Off
-from .interfaces import KLControllerBase
+from .base import GenerationBatch, LossContext, Off
+from .interfaces import KL_CONTROLLERS, KLControllerBase
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class _BetaControl(KLControllerBase):
 
     @classmethod
     def check_combination(cls, args, members) -> None:
-        # (beta > 0 for any member that sets beta: families.contracts.check_selection)
+        # (beta > 0 for any member that sets beta: families.registration.check_selection)
         if not args.kl_beta_min <= args.beta <= args.kl_beta_max:
             raise config_error(
                 "beta",

@@ -16,8 +16,8 @@ from ..core.diversity import pass_at_k
 from ..core.registry import Registry
 from ..detector import detector_from_config
 from .base import GenerationBatch, LossContext
-from .contracts import check_member_class
 from .interfaces import Observer, ObserverBase
+from .registration import check_member_class
 
 OBSERVERS: Registry[type[Observer]] = Registry(
     "observer", symbol="OBSERVERS", check=functools.partial(check_member_class, family="observer")

@@ -11,8 +11,8 @@ from ..core.advantages import group_relative_advantages
 from ..core.prm import prm_step_advantages
 from ..prm.segmentation import segment_completion
 from ..prm.sources import CausalLMPRM, TokenClassificationPRM, call_step_function, source_name, sum_step_rewards
-from .base import ADVANTAGE_ESTIMATORS, GenerationBatch
-from .interfaces import AdvantageEstimatorBase, AdvantageUpdate
+from .base import GenerationBatch
+from .interfaces import ADVANTAGE_ESTIMATORS, AdvantageEstimatorBase, AdvantageUpdate
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
-from .base import KEEP_KEY, SAMPLE_FILTERS, GenerationBatch, LossContext, Off
-from .interfaces import FilterUpdate, SampleFilterBase
+from .base import KEEP_KEY, GenerationBatch, LossContext, Off
+from .interfaces import SAMPLE_FILTERS, FilterUpdate, SampleFilterBase
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from ..core.token_clip import (
     token_covariance,
 )
 from ..names import config_error
-from .base import TOKEN_CLIPS, LossContext, Off
-from .interfaces import TokenClipBase
+from .base import LossContext, Off
+from .interfaces import TOKEN_CLIPS, TokenClipBase
 
 logger = logging.getLogger(__name__)
 

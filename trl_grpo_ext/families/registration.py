@@ -1,0 +1,186 @@
+"""The member contract's class side, checked when a class is registered and when a selection is validated (the
+output side is :mod:`~trl_grpo_ext.families.contracts`, where the trainer receives what members return).
+
+- :func:`check_member_class` (every family registry's ``check``, wired by ``trl_grpo_ext.families``): the class is
+  an :class:`~trl_grpo_ext.families.base.Extension` subclass built from the host alone, it implements a hook its
+  family needs itself (a family base's no-op does not count) with the parameters the trainer passes, no public
+  method of it is a misspelt hook, its ``config_fields`` are ``GRPOExtConfig`` fields and its ``host_capabilities``
+  known ones. A user's variant that breaks one fails at its ``@REGISTRY.register(...)`` line with the class, the rule
+  and the fix, instead of at the first step (or never, as a silent no-op).
+- :func:`check_selection` (``GRPOExtConfig.validate``): the rules of the selected members, by capability and
+  declared field, then each member's own ``check_combination``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+from typing import Any
+
+from ..api import FAMILY_INTERFACES, HOOKS
+from ..config import GRPOExtConfig
+from ..names import config_error
+from .base import CAPABILITIES, Extension, config_fields_of
+from .contracts import MemberContractError
+
+
+def _config_field_names() -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(GRPOExtConfig))
+
+
+def _signature(parameters: list[str]) -> str:
+    return f"({', '.join(['self', *parameters])})"
+
+
+def check_member_class(obj: Any, *, family: str, name: str) -> None:
+    """Refuse, at registration, a class that cannot be a member of ``family`` (the registry's switch), naming it, the
+    rule and the fix. The family's ``Off`` member (``is_off``) implements nothing and is accepted."""
+    where = f"{family}={name!r}"
+    if not (isinstance(obj, type) and issubclass(obj, Extension)):
+        shown = getattr(obj, "__name__", repr(obj))
+        raise MemberContractError(
+            f"{where}: {shown} is not a class derived from trl_grpo_ext.families.Extension (a {family} member is an "
+            f"Extension subclass whose hooks the trainer calls). Fix: write class {shown.title().replace('_', '')}"
+            "(Extension) with the hook your function implements (see docs/index.md, 'Adding a variant')."
+        )
+    cls = obj.__name__
+    try:
+        inspect.signature(obj).bind(object())
+    except TypeError:
+        raise MemberContractError(
+            f"{where}: {cls}({', '.join(inspect.signature(obj).parameters)}) cannot be built from the host alone: the "
+            f"trainer builds every member as {cls}(host). Fix: def __init__(self, host): super().__init__(host) (read "
+            "settings from self.args, declared in config_fields)."
+        ) from None
+    for klass in obj.__mro__:  # the class's own config_fields and its bases' (a base need not be registered)
+        fields = vars(klass).get("config_fields", ())
+        owner = klass.__name__
+        if isinstance(fields, str) or not isinstance(fields, (tuple, list, frozenset, set)):
+            raise MemberContractError(
+                f"{where}: {owner}.config_fields = {fields!r} is a {type(fields).__name__}, not a tuple of field "
+                f"names (a one-name tuple needs its comma). Fix: config_fields = ({fields!r},)"
+                if isinstance(fields, str)
+                else f"{where}: {owner}.config_fields = {fields!r} must be a tuple of GRPOExtConfig field names."
+            )
+        unknown = sorted(f for f in fields if not isinstance(f, str) or f not in _config_field_names())
+        if unknown:
+            raise MemberContractError(
+                f"{where}: {owner}.config_fields declares {unknown}, which are not GRPOExtConfig fields. Fix: list the "
+                "fields the member reads by their exact names (a field of your own: subclass GRPOExtConfig and pass "
+                "it as args)."
+            )
+    capabilities = getattr(obj, "host_capabilities", ())
+    if isinstance(capabilities, str) or set(capabilities) - set(CAPABILITIES):
+        raise MemberContractError(
+            f"{where}: {cls}.host_capabilities = {capabilities!r}: each must be one of {list(CAPABILITIES)}, in a "
+            "tuple. Fix: declare the capabilities the member uses, e.g. host_capabilities = ('rollout',)."
+        )
+    if getattr(obj, "is_off", False):
+        return
+    interface = FAMILY_INTERFACES[family]
+    misspelt = _misspelt_hooks(obj)
+    if misspelt:
+        written, meant = misspelt[0]
+        raise MemberContractError(
+            f"{where}: {cls}.{written} is no hook; the trainer never calls it (did you mean {meant}?). Fix: rename it "
+            f"{meant}, or make it private (_{written}) if it is a helper."
+        )
+    implemented = [hook for hook in interface.hooks if _implements(obj, hook)]
+    if not set(implemented) & set(interface.required):
+        raise MemberContractError(
+            f"{where}: {cls} implements none of {list(interface.required)}: {interface.why}. Fix: override "
+            f"{' or '.join(interface.required)} with the signature of trl_grpo_ext.families.interfaces."
+            f"{interface.protocol.__name__}."
+        )
+    # every hook the class overrides (its family's and the others the trainer calls on every member) takes the
+    # parameters the trainer passes
+    for hook in HOOKS:
+        if getattr(obj, hook) is getattr(Extension, hook):
+            continue
+        expected = list(inspect.signature(getattr(Extension, hook)).parameters)[1:]
+        try:
+            got = list(inspect.signature(getattr(obj, hook)).parameters)[1:]
+        except (TypeError, ValueError):  # not introspectable (a C callable): the call will tell
+            continue
+        try:  # the trainer passes the arguments by position
+            inspect.signature(getattr(obj, hook)).bind(None, *expected)
+        except TypeError:
+            owner = f"interfaces.{interface.protocol.__name__}" if hook in interface.hooks else "base.Extension"
+            raise MemberContractError(
+                f"{where}: {cls}.{hook}{_signature(got)} cannot be called as {hook}{_signature(expected)} (the "
+                f"trainer passes {len(expected)} argument(s) by position). Fix: use the signature of "
+                f"trl_grpo_ext.families.{owner}.{hook}."
+            ) from None
+
+
+def _is_family_base(klass: type) -> bool:
+    """Whether ``klass`` is one of the library's family bases (``Extension`` and the ``*Base`` classes of
+    ``families.interfaces``), whose hooks are no-ops: inheriting one implements nothing."""
+    return klass.__module__ in ("trl_grpo_ext.families.base", "trl_grpo_ext.families.interfaces") and (
+        klass.__name__ == "Extension" or klass.__name__.endswith("Base")
+    )
+
+
+def _implements(obj: type, hook: str) -> bool:
+    """Whether ``obj`` (or a base of its own, not a family base) defines ``hook``."""
+    for klass in obj.__mro__:
+        if hook in vars(klass):
+            return not _is_family_base(klass)
+    return False
+
+
+def _misspelt_hooks(obj: type) -> list[tuple[str, str]]:
+    """Public methods of ``obj``'s own classes (not the family bases) that look like a hook but are none
+    (``after_los`` for ``after_loss``): the trainer would never call them."""
+    found = []
+    for klass in obj.__mro__:
+        if klass is object or _is_family_base(klass):
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("_") or name in HOOKS or not callable(value):
+                continue
+            close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.85)
+            if close:
+                found.append((name, close[0]))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------- combinations
+def check_selection(args, members: dict[str, Any]) -> None:
+    """The rules of the selected members (family switch -> member class, "off" members included), raised as the
+    config's ``ValueError`` naming the field and the fix: first the rules by capability and declared fields, which hold
+    for any member, then each member's own :meth:`~trl_grpo_ext.families.base.Extension.check_combination` (inherited
+    by its subclasses, so a variant of a built-in keeps the built-in's rules). No rule reads a switch's value."""
+    selected = [cls for cls in members.values() if not getattr(cls, "is_off", False)]
+    if args.prm_model_name_or_path is not None and not any("scoring_model" in m.host_capabilities for m in selected):
+        raise config_error(
+            "prm_model_name_or_path",
+            args.prm_model_name_or_path,
+            f"a PRM model is only used by a member that scores steps (advantage_estimator='prm'; got "
+            f"{args.advantage_estimator!r})",
+            "set advantage_estimator='prm' or drop prm_model_name_or_path",
+        )
+    if args.advantage_std != "sample" and not any("advantage_std" in config_fields_of(m) for m in selected):
+        estimator = members["advantage_estimator"].__name__
+        raise config_error(
+            "advantage_std",
+            args.advantage_std,
+            f"no selected member reads it ({estimator}, advantage_estimator={args.advantage_estimator!r}, computes "
+            "its advantages without a standard deviation), so it would do nothing",
+            "keep advantage_std='sample', or use advantage_estimator='grpo' (or 'prm')",
+        )
+    setters = [switch for switch, m in members.items() if "set_beta" in m.host_capabilities]
+    if setters and args.beta == 0.0:
+        raise config_error(
+            "beta",
+            args.beta,
+            f"{setters[0]}={getattr(args, setters[0])!r} needs a starting beta > 0: with beta=0 TRL creates no "
+            "reference model and the KL term can never switch on",
+            "set beta to a start value in [kl_beta_min, kl_beta_max], e.g. beta=0.04",
+        )
+    for member in selected:
+        member.check_combination(args, members)
+
+
+__all__ = ["check_member_class", "check_selection"]
