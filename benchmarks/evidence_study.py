@@ -81,6 +81,7 @@ TESTBED_OF = {
     "length_adaptive": "length_bias",
     "length_other": "length_bias",
     "length_clean": "length_bias",
+    "length_reference": "length_bias",
 }
 
 
@@ -165,6 +166,16 @@ def studies() -> dict[str, dict[str, Arm]]:
         "length_other": {
             "PF best_worst": Arm({"sample_filter": "best_worst"}, "PF-PPO's best-worst filter"),
             "default tools": Arm(tools, "KL-Cov k 2e-2 + adaptive KL (cap 0.3) + AEPO target 0.2"),
+        },
+        # The KL anchor that moves (beside length_kl's fixed beta 0.04): ProRL's reset and TRL's own mixing, every 50
+        # steps at the same beta.
+        "length_reference": {
+            "reference reset every 50": Arm(
+                {"beta": 0.04, "ref_update": "reset", "ref_reset_steps": 50}, "the reference becomes the policy"
+            ),
+            "sync_ref_model every 50": Arm(
+                {"beta": 0.04, "sync_ref_model": True, "ref_model_sync_steps": 50}, "TRL's mixing, alpha 0.6"
+            ),
         },
         # The clean-reward runs: the alarm's false alarms.
         "length_clean": {

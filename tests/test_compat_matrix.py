@@ -203,6 +203,11 @@ ROWS: dict[str, Row] = {
     "GSPO (importance_sampling_level=sequence)": Row(config=dict(importance_sampling_level="sequence")),
     "epsilon_high=0.28": Row(config=dict(epsilon_high=0.28)),
     "delta=1.5": Row(config=dict(delta=1.5)),
+    # TRL's reference mixing (TR-DPO style): the reference moves toward the policy every step
+    "sync_ref_model": Row(
+        config=dict(beta=0.04, sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.5),
+        check=lambda trainer: reference_moved(trainer),
+    ),
     "top_entropy_quantile=0.2": Row(config=dict(top_entropy_quantile=0.2)),
     "off_policy_mask_threshold": Row(config=dict(off_policy_mask_threshold=0.05, num_iterations=2)),
     # EOS favoured so that some completions end (at random a tiny model nearly never does): AEPO must find complete
@@ -264,6 +269,20 @@ def acted_clip_cov(trainer, logs):
 
 def acted_kl_cov(trainer, logs):
     return sum(_values(logs, "kl_cov/selected_tokens")) > 0 and _values(logs, "kl_cov/penalty_mean")
+
+
+def reference_moved(trainer):
+    """TRL's sync_ref_model mixed the policy into the reference (they were equal at the start)."""
+    from transformers import AutoModelForCausalLM
+
+    start = AutoModelForCausalLM.from_pretrained(trainer.model.name_or_path)
+    assert not all(
+        torch.equal(p, q) for p, q in zip(trainer.ref_model.parameters(), start.parameters(), strict=True)
+    ), "sync_ref_model did not move the reference"
+
+
+def acted_reset(trainer, logs):
+    return max(_values(logs, "ref_reset/count") or [0]) >= 1
 
 
 def acted_dppo(trainer, logs):
@@ -378,6 +397,7 @@ COLUMNS: dict[str, Column] = {
         rewards=_flat_outside_refills,
         setup=_watch_refills,
     ),
+    "ref_reset": Column(dict(beta=0.04, ref_update="reset", ref_reset_steps=1), (acted_reset,)),
     "adaptive_kl": Column(dict(kl_control="adaptive", beta=0.04, kl_target=0.01, kl_horizon=100), (acted_beta,)),
     "diversity_kl": Column(dict(kl_control="diversity", beta=0.04, kl_horizon=100), (acted_beta,)),
     # A whole batch regenerated (not the reference's quarter) so that two tiny steps surely find samples to train.
@@ -427,6 +447,8 @@ REFUSED: dict[tuple[str, str], str] = {
     ("loss_type=cispo", "dppo"): DPPO_LOSS,
     ("loss_type=vespo", "dppo"): DPPO_LOSS,
     ("epsilon_high=0.28", "dppo"): "would silently drop the epsilon_high",
+    ("sync_ref_model", "ref_reset"): "sync_ref_model also moves the reference",
+    ("LoRA (peft_config)", "ref_reset"): "adapter-disabled base",
     ("environment_factory (scripted tool call)", "aepo"): "entropy_control='aepo' cannot run with environment_factory",
     ("environment_factory (scripted tool call)", "aepo_term"): (
         "entropy_control='aepo' cannot run with environment_factory"

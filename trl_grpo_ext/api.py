@@ -6,7 +6,7 @@ member and what a member hands back, whatever family it belongs to.
 - rollouts made outside TRL's batch: :class:`Rollout` and :class:`Splice` (the rows they replace);
 - each family's output type (:class:`AdvantageUpdate`, :class:`FilterUpdate`, :class:`SpliceUpdate`) and
   ``Protocol`` (:class:`AdvantageEstimator`, :class:`AdvantageWeighting`, :class:`SampleFilter`, :class:`TokenClip`,
-  :class:`KLController`, :class:`EntropyControl`, :class:`Observer`), the table of their hooks
+  :class:`KLController`, :class:`ReferenceUpdate`, :class:`EntropyControl`, :class:`Observer`), the table of their hooks
   (:data:`FAMILY_INTERFACES`) and the hooks the trainer calls (:data:`HOOKS`);
 - the family registries, typed by their Protocols (``trl_grpo_ext.names`` holds the same objects, untyped, for the
   config).
@@ -381,6 +381,13 @@ class EntropyControl(Member, Protocol):
     def after_loss(self, ctx: LossContext) -> None: ...
 
 
+class ReferenceUpdate(Member, Protocol):
+    """``ref_update``: measures in ``after_loss`` and replaces TRL's reference model (capability ``reference``; a
+    reset acts at the step's end, through a callback), optionally with the optimizer's moments."""
+
+    def after_loss(self, ctx: LossContext) -> None: ...
+
+
 class Observer(Member, Protocol):
     """An observer (``OBSERVERS``): watches generation batches and loss passes and changes neither."""
 
@@ -464,6 +471,13 @@ FAMILY_INTERFACES: dict[str, FamilyInterface] = {
         frozenset({"splice"}),
         SpliceUpdate,
     ),
+    "ref_update": FamilyInterface(
+        ReferenceUpdate,
+        ("after_loss",),
+        "a reference update decides at the end of an optimizer step (after_loss, host.step_end)",
+        frozenset(),
+        None,
+    ),
     "observer": FamilyInterface(
         Observer,
         ("on_generation", "after_loss"),
@@ -482,3 +496,4 @@ TOKEN_CLIPS: Registry[type[TokenClip]] = names.TOKEN_CLIPS
 SAMPLE_FILTERS: Registry[type[SampleFilter]] = names.SAMPLE_FILTERS
 KL_CONTROLLERS: Registry[type[KLController]] = names.KL_CONTROLLERS
 ENTROPY_CONTROLS: Registry[type[EntropyControl]] = names.ENTROPY_CONTROLS
+REFERENCE_UPDATES: Registry[type[ReferenceUpdate]] = names.REFERENCE_UPDATES

@@ -61,6 +61,7 @@ TOKEN_CLIPS: Registry[Any] = Registry("token_clip", symbol="TOKEN_CLIPS")
 SAMPLE_FILTERS: Registry[Any] = Registry("sample_filter", symbol="SAMPLE_FILTERS")
 KL_CONTROLLERS: Registry[Any] = Registry("kl_control", symbol="KL_CONTROLLERS")
 ENTROPY_CONTROLS: Registry[Any] = Registry("entropy_control", symbol="ENTROPY_CONTROLS")
+REFERENCE_UPDATES: Registry[Any] = Registry("ref_update", symbol="REFERENCE_UPDATES")
 
 #: config switch -> its family's registry, in the order the trainer runs the members.
 FAMILIES: dict[str, Registry[Any]] = {
@@ -69,6 +70,7 @@ FAMILIES: dict[str, Registry[Any]] = {
     "sample_filter": SAMPLE_FILTERS,
     "token_clip": TOKEN_CLIPS,
     "kl_control": KL_CONTROLLERS,
+    "ref_update": REFERENCE_UPDATES,
     "entropy_control": ENTROPY_CONTROLS,
 }
 

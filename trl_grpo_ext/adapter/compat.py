@@ -306,3 +306,40 @@ def restore_checkpoint(trainer, folder: str) -> None:
     else:
         trainer._load_from_checkpoint(folder)
     trainer._load_optimizer_and_scheduler(folder)
+
+
+def reset_reference(trainer) -> bool:
+    """Make TRL's reference model the current policy (the weights copied in place; ``sync_ref_model`` at
+    ``alpha = 1``, through TRL's own ``SyncRefModelCallback.sync_target_model``, which gathers the parameters under
+    DeepSpeed ZeRO-3; under FSDP2 both models are sharded alike and each process copies its own shards). A collective
+    under ZeRO-3: every process calls it. Returns False where TRL keeps no reference model (``beta == 0``, or PEFT,
+    whose reference is the adapter-disabled base)."""
+    from trl.trainer.callbacks import SyncRefModelCallback
+
+    ref = getattr(trainer, "ref_model", None)
+    if ref is None:
+        return False
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with torch.no_grad():
+        SyncRefModelCallback.sync_target_model(model, ref, 1.0)
+    return True
+
+
+def reset_optimizer_moments(optimizer) -> int:
+    """Zero every tensor of the optimizer's per-parameter state (Adam's moments) and its step counts, as a fresh
+    optimizer would start: the wrappers accelerate and DeepSpeed put around a torch optimizer are unwrapped
+    (``.optimizer``) to the one that holds ``state``. Returns how many parameters' states were reset."""
+    inner = optimizer
+    while not getattr(inner, "state", None) and getattr(inner, "optimizer", None) is not None:
+        inner = inner.optimizer
+    count = 0
+    for state in getattr(inner, "state", {}).values():
+        if not isinstance(state, dict):
+            continue
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                value.zero_()
+            elif key == "step" and isinstance(value, (int, float)):
+                state[key] = type(value)(0)
+        count += 1
+    return count

@@ -134,6 +134,16 @@ class TrainerHost:
         trl_compat.discard_buffered_rollouts(self._trainer)
 
     @property
+    def has_reference(self) -> bool:
+        return getattr(self._trainer, "ref_model", None) is not None
+
+    def reset_reference(self) -> bool:
+        return trl_compat.reset_reference(self._trainer)
+
+    def reset_optimizer_moments(self) -> int:
+        return trl_compat.reset_optimizer_moments(self._trainer.optimizer)
+
+    @property
     def rollouts(self) -> RolloutService:
         return self._trainer.ext_rollouts
 

@@ -29,9 +29,21 @@ class KLControlConfig(ConfigSection):
             n of the Distinct-N that `kl_control="diversity"` steers (over each generation batch, all processes).
         kl_diversity_target (`float`, *optional*, defaults to `0.5`):
             Distinct-N target of `kl_control="diversity"`: beta rises while diversity is below it.
+        ref_update (`str`, *optional*, defaults to `"none"`):
+            `"reset"`: the reference model becomes the current policy every `ref_reset_steps` optimizer steps and/or
+            when the step's KL term `beta x KL` exceeds `ref_reset_kl_term` (ProRL's reference reset; slime's
+            `--ref-update-interval`). `"none"`: TRL's fixed reference (and its `sync_ref_model`, which this refuses
+            beside a reset).
+        ref_reset_steps (`int`, *optional*):
+            Reset the reference every this many optimizer steps.
+        ref_reset_kl_term (`float`, *optional*):
+            Reset the reference when an optimizer step's KL term, beta x the per-token mean KL to it (every process),
+            exceeds this.
+        ref_reset_optimizer (`bool`, *optional*, defaults to `False`):
+            At a reset, also zero the optimizer's moments and step counts (slime's `--reset-optimizer-states`).
     """
 
-    switches = ("kl_control",)
+    switches = ("kl_control", "ref_update")
 
     #: Finite but absurd values refused: field -> (lowest, highest, why, example) (config.section.bounds).
     field_bounds = {
@@ -86,7 +98,38 @@ class KLControlConfig(ConfigSection):
         default=0.5, metadata={"help": "Distinct-N target of kl_control='diversity' (beta rises below it)."}
     )
 
+    ref_update: Literal["none", "reset"] = field(
+        default="none",
+        metadata={
+            "help": "'reset': the reference becomes the current policy every ref_reset_steps steps and/or when "
+            "beta x KL exceeds ref_reset_kl_term (ProRL). 'none': TRL's fixed reference."
+        },
+    )
+    ref_reset_steps: int | None = field(
+        default=None, metadata={"help": "Reset the reference every this many optimizer steps."}
+    )
+    ref_reset_kl_term: float | None = field(
+        default=None, metadata={"help": "Reset the reference when a step's KL term beta x KL exceeds this."}
+    )
+    ref_reset_optimizer: bool = field(
+        default=False, metadata={"help": "At a reset, also zero the optimizer's moments (slime)."}
+    )
+
     def check(self) -> None:
+        if self.ref_reset_steps is not None and self.ref_reset_steps < 1:
+            _fail("ref_reset_steps", self.ref_reset_steps, "must be >= 1 (optimizer steps)", "e.g. ref_reset_steps=200")
+        if self.ref_reset_kl_term is not None and not self.ref_reset_kl_term > 0:
+            _fail("ref_reset_kl_term", self.ref_reset_kl_term, "must be > 0", "e.g. ref_reset_kl_term=0.05")
+        if self.ref_update == "reset" and self.ref_reset_steps is None and self.ref_reset_kl_term is None:
+            _fail(
+                "ref_update",
+                self.ref_update,
+                "a reset needs a trigger, and none is set",
+                "set ref_reset_steps (every K steps) and/or ref_reset_kl_term (when beta x KL exceeds it)",
+            )
+        for name in ("ref_reset_steps", "ref_reset_kl_term", "ref_reset_optimizer"):
+            if self.ref_update == "none" and getattr(self, name) not in (None, False):
+                _fail(name, getattr(self, name), "is read by ref_update='reset' only", "set ref_update='reset'")
         if not (math.isfinite(self.kl_beta_min) and self.kl_beta_min > 0):
             _fail(
                 "kl_beta_min",

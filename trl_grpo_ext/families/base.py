@@ -113,6 +113,16 @@ class Host(Protocol):
     def discard_buffered_rollouts(self) -> None:
         """Drop TRL's buffered generation batch: the next training step generates afresh."""
 
+    @property
+    def has_reference(self) -> bool:
+        """Whether TRL keeps a reference model of its own (beta > 0 without PEFT)."""
+
+    def reset_reference(self) -> bool:
+        """Make the reference model the current policy (a collective under ZeRO-3); False where there is none."""
+
+    def reset_optimizer_moments(self) -> int:
+        """Zero the optimizer's per-parameter state (Adam's moments, step counts); returns how many were reset."""
+
     def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
         """One greedy decode per (left-padded) prompt, decoded as TRL decodes completions."""
 
@@ -156,6 +166,8 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "checkpoints": ("save_checkpoint", "restore_checkpoint", "discard_buffered_rollouts"),  # a collapse rollback
     "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
     "completions_table": ("log_advantages", "zero_logged_advantages"),  # TRL's completions table (the trainer's own)
+    # the reference reset: TRL's reference model and the optimizer
+    "reference": ("has_reference", "reset_reference", "reset_optimizer_moments"),
 }  # fmt: skip
 _NEEDS = {name: capability for capability, names in CAPABILITIES.items() for name in names}
 _PROTOCOL = frozenset(

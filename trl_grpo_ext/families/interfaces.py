@@ -28,6 +28,7 @@ from ..api import (  # noqa: F401  (the family vocabulary, re-exported: trl_grpo
     ENTROPY_CONTROLS,
     FAMILY_INTERFACES,
     KL_CONTROLLERS,
+    REFERENCE_UPDATES,
     SAMPLE_FILTERS,
     TOKEN_CLIPS,
     AdvantageEstimator,
@@ -39,6 +40,7 @@ from ..api import (  # noqa: F401  (the family vocabulary, re-exported: trl_grpo
     KLController,
     Member,
     Observer,
+    ReferenceUpdate,
     SampleFilter,
     SpliceUpdate,
     TokenClip,
@@ -70,6 +72,12 @@ class SampleFilterBase(Extension):
 
 class TokenClipBase(Extension):
     """Base of a token clip (:class:`TokenClip`): its hooks are all in the loss, so nothing is narrowed."""
+
+
+class ReferenceUpdateBase(Extension):
+    """Base of a reference update (:class:`ReferenceUpdate`): it replaces TRL's reference model."""
+
+    host_capabilities = ("reference", "callbacks")
 
 
 class KLControllerBase(Extension):
@@ -105,6 +113,7 @@ __all__ = [
     "ENTROPY_CONTROLS",
     "FAMILY_INTERFACES",
     "KL_CONTROLLERS",
+    "REFERENCE_UPDATES",
     "SAMPLE_FILTERS",
     "TOKEN_CLIPS",
     "AdvantageEstimator",
@@ -121,6 +130,8 @@ __all__ = [
     "Member",
     "Observer",
     "ObserverBase",
+    "ReferenceUpdate",
+    "ReferenceUpdateBase",
     "SampleFilter",
     "SampleFilterBase",
     "SpliceUpdate",

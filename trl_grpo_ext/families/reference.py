@@ -1,0 +1,146 @@
+"""Reference updates (``ref_update``): when the KL anchor moves.
+
+``"reset"``: ProRL's reference reset (Liu et al. 2025, "ProRL: Prolonged Reinforcement Learning Expands Reasoning
+Boundaries", arXiv 2505.24864, sec. 3: a hard reset of the reference to the current policy when the KL term
+dominates or validation stalls; slime's ``--ref-update-interval`` and ``--reset-optimizer-states``): every
+``ref_reset_steps`` optimizer steps and/or when a step's KL term ``beta x KL`` exceeds ``ref_reset_kl_term``, TRL's
+reference model becomes the current policy, and with ``ref_reset_optimizer`` the optimizer's moments start afresh.
+The decision is made at the end of an optimizer step from the step's KL summed over every process (all decide
+alike); the copy happens in a callback after the optimizer stepped, where no forward or backward is in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from ..adapter.compat import per_token_kl
+from ..names import config_error
+from .base import LossContext, Off
+from .interfaces import REFERENCE_UPDATES, ReferenceUpdateBase
+
+logger = logging.getLogger(__name__)
+
+REFERENCE_UPDATES.register("none")(Off)
+
+
+class _AtStepEnd(TrainerCallback):
+    """Runs the member's pending reset after the optimizer step, and re-anchors a resumed run."""
+
+    def __init__(self, member: ReferenceReset):
+        self.member = member
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.member.reanchor_if_resumed()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.member.reset_if_due(state.global_step)
+
+
+@REFERENCE_UPDATES.register("reset")
+class ReferenceReset(ReferenceUpdateBase):
+    """The reference becomes the current policy on a schedule and/or when the KL term grows past a bound.
+
+    Logs ``ref_reset/kl_term`` (beta x the step's per-token mean k3 KL to the reference) every optimizer step and
+    ``ref_reset/count`` (resets so far). Its state (resets so far, the step of the last) is checkpointed; the
+    reference's weights are not: a run resumed after a reset makes the resumed policy its reference at its first step
+    (a reset there), with a warning. The KL controllers see the KL fall to about 0 after a reset and move beta as
+    their rule says (adaptive KL lowers it toward its target; docs/adaptive_kl.md).
+    """
+
+    config_fields = ("beta", "ref_reset_steps", "ref_reset_kl_term", "ref_reset_optimizer")
+    metrics = ("ref_reset/kl_term", "ref_reset/count")
+    example_config = {"beta": 0.04, "ref_reset_steps": 1}
+    docs = "adaptive_kl.md"
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        if args.beta == 0.0:
+            raise config_error(
+                "ref_update",
+                args.ref_update,
+                "with beta=0 TRL builds no reference model and the loss has no KL term: there is nothing to reset",
+                "set beta > 0 (e.g. beta=0.04), or ref_update='none'",
+            )
+        if args.sync_ref_model:
+            raise config_error(
+                "ref_update",
+                args.ref_update,
+                "TRL's sync_ref_model also moves the reference (it mixes the policy into it every "
+                "ref_model_sync_steps), so two rules would fight over it",
+                "use one: sync_ref_model=False for the reset, or ref_update='none' for TRL's mixing",
+            )
+
+    def __init__(self, host):
+        super().__init__(host)
+        if not self.host.has_reference:
+            raise config_error(
+                "ref_update",
+                "reset",
+                "this run has no separate reference model to reset: with a PEFT model TRL's reference is the "
+                "adapter-disabled base, and making it the policy would mean merging the adapter into the base",
+                "train without peft_config, or use ref_update='none'",
+            )
+        self.count = 0
+        self.last_reset = 0
+        self._window: torch.Tensor | None = None
+        self._due = False
+        self._resumed_after_reset = False
+        self.host.add_callback(_AtStepEnd(self))
+
+    def after_loss(self, ctx: LossContext) -> None:
+        if ctx.mode != "train":
+            return
+        host = self.host
+        kl = per_token_kl(ctx.logps.detach(), ctx.inputs["ref_per_token_logps"])  # (B, T)
+        mask = ctx.mask.to(kl.dtype)
+        stats = torch.stack([(kl * mask).sum(), mask.sum()])
+        self._window = stats if self._window is None else self._window + stats
+        if not host.step_end:
+            return
+        kl_sum, tokens = host.collectives.all_sum(self._window.float()).tolist()
+        self._window = None
+        term = host.beta * kl_sum / tokens if tokens > 0 else 0.0
+        step = host.global_step + 1  # the optimizer step this loss belongs to
+        args = self.args
+        every = args.ref_reset_steps is not None and step - self.last_reset >= args.ref_reset_steps
+        bound = args.ref_reset_kl_term is not None and term > args.ref_reset_kl_term
+        self._due = every or bound
+        self.log_metric("train", "ref_reset/kl_term", term)
+        self.log_metric("train", "ref_reset/count", self.count + int(self._due))
+
+    def reset_if_due(self, step: int) -> None:
+        """After the optimizer step: the reset decided at its end (every process alike)."""
+        if not self._due:
+            return
+        self._due = False
+        self._reset(step)
+
+    def reanchor_if_resumed(self) -> None:
+        if self._resumed_after_reset:
+            self._resumed_after_reset = False
+            logger.warning(
+                "ref_update='reset': resumed after %d reset(s) (the last at step %d); the reference's weights are "
+                "not in the checkpoint, so the resumed policy becomes the reference now (a reset at the resume).",
+                self.count,
+                self.last_reset,
+            )
+            self._reset(self.host.global_step)
+
+    def _reset(self, step: int) -> None:
+        self.host.reset_reference()
+        if self.args.ref_reset_optimizer:
+            self.host.reset_optimizer_moments()
+        self.count += 1
+        self.last_reset = step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "last_reset": self.last_reset}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count = int(state.get("count", 0))
+        self.last_reset = int(state.get("last_reset", 0))
+        self._resumed_after_reset = self.count > 0
