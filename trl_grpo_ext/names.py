@@ -10,7 +10,7 @@ class): the config package reads them here instead of importing the families, th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .core.registry import Registry
 
@@ -49,8 +49,9 @@ def pkpo_start_k(pkpo_k: int | None, num_generations: int) -> int:
 
 #: What ``diversity_metrics`` may list (``trl_grpo_ext.callbacks.CollapseMonitor``).
 DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "prompt_info", "entropy")
-#: What the collapse alarm may do (``collapse_action``).
-ALARM_ACTIONS = ("warn", "save", "stop", "rollback", "screen")
+#: What the collapse alarm may do: the type of ``collapse_action`` and the monitor's check, written once.
+AlarmAction = Literal["warn", "save", "stop", "rollback", "screen"]
+ALARM_ACTIONS: tuple[str, ...] = get_args(AlarmAction)
 
 # The registries, untyped here (this module imports nothing of the families): trl_grpo_ext.families.interfaces
 # re-exports each typed by its family's Protocol, the names members register with (mypy checks a class at its

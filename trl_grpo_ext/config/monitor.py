@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..checkpoints import rollback_refusal
-from ..names import DIVERSITY_METRICS
+from ..names import DIVERSITY_METRICS, AlarmAction
 from .section import ConfigSection, _fail, bounds
 
 
@@ -231,7 +231,7 @@ class MonitorConfig(ConfigSection):
         default="end",
         metadata={"help": "After a rollback: end (training ends) or screen (restore now, go on screening flags)."},
     )
-    collapse_action: Literal["warn", "save", "stop", "rollback", "screen"] = field(
+    collapse_action: AlarmAction = field(
         default="warn", metadata={"help": "What an alarm does besides logging: warn, save, stop, rollback or screen."}
     )
     eval_pass_at_k: list[int] = field(
