@@ -851,6 +851,27 @@ def test_validation_gold_alarms_when_it_falls_while_the_reward_rises():
                         detector=HackDetector({"length": 0.1}, window=1, warmup=1))  # fmt: skip
 
 
+def test_validation_gold_on_too_few_prompts_is_warned_about(make_trainer, train_dataset, caplog):
+    """Validation gold's drop trips on sampling noise with a small evaluation set (the reasoning-gym setting of the
+    study: 6 false alarms in 12 with 20 prompts): the trainer says so when it is built, and not for a large one."""
+
+    def strict(completions, answer, **kwargs) -> list[float]:
+        return testkit.exact_match_reward(completions, answer)
+
+    fields = dict(
+        reward_funcs=[fixed_text_reward, strict], **{**HACK, "max_steps": 1}, reward_weights=[1.0, 0.0],
+        collapse_validation_metric="rewards/strict/mean", eval_strategy="steps", eval_steps=1,
+        per_device_eval_batch_size=8,
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        make_trainer(trainer_kwargs={"eval_dataset": train_dataset.select(range(8))}, **fields)
+    assert "reads an evaluation of 8 prompt(s)" in caplog.text and "Evaluate on 50 or more prompts" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        make_trainer(trainer_kwargs={"eval_dataset": train_dataset.select(range(64))}, **fields)
+    assert "reads an evaluation of" not in caplog.text
+
+
 @pytest.mark.slow
 def test_validation_gold_picks_the_checkpoint_train_ends_on(make_trainer, train_dataset):
     """A weight-0 strict reward is computed at evaluation (eval_rewards/<name>/mean), the detector reads it, and
