@@ -29,7 +29,12 @@ AGAINST = {
     "temperature 1.0": None,
     "vanilla, 150 steps": None,  # is the diversity more than "trained less"? vanilla stopped earlier on its schedule
     "default tools": ("forks_pkpo", "forks_explore", "forks_dynamic"),
+    # issue 47: DPPO against clip-higher (TRL's own clip is vanilla's), TRL's adaptive entropy bonus against AEPO
+    "epsilon_high=0.28": ("forks_dppo",),
+    "AEPO (target 0.2)": ("forks_entropy",),
 }
+#: How a baseline's table is titled (default: by whether it pairs every forks arm or a few studies').
+TITLES = {"epsilon_high=0.28": "clip-higher", "AEPO (target 0.2)": "the entropy control already here"}
 
 
 def study_minutes(out: Path, study: str, warm_starts, seeds) -> tuple[float, int]:
@@ -62,6 +67,7 @@ def block(out: Path, warm_starts, seeds) -> str:
         what = "the tools already here" if only is not None else "a knob a user already has"
         if baseline.startswith("vanilla,"):
             what = "vanilla stopped earlier"
+        what = TITLES.get(baseline, what)
         if len(rows) > 2:
             lines += ["", f"### Against {what}: {baseline} (forks, test)", "", *rows]
     for study in ev.studies():
