@@ -33,6 +33,9 @@ AGAINST = {
     "epsilon_high=0.28": ("forks_dppo",),
     "AEPO (target 0.2)": ("forks_entropy",),
 }
+#: Studies on another testbed whose arms are paired with a baseline too (the reference reset against the fixed anchor
+#: it moves, on the length-biased reward).
+ALSO = {"fixed beta 0.04": ("length_reference",)}
 #: How a baseline's table is titled (default: by whether it pairs every forks arm or a few studies').
 TITLES = {"epsilon_high=0.28": "clip-higher", "AEPO (target 0.2)": "the entropy control already here"}
 
@@ -61,15 +64,20 @@ def block(out: Path, warm_starts, seeds) -> str:
     for baseline, only in AGAINST.items():
         table = ev.verdict_rows(out, "test", warm_starts, seeds, baseline=baseline)
         names = None if only is None else {name for study in only for name in ev.studies().get(study, {})}
+        also = {name for study in ALSO.get(baseline, ()) for name in ev.studies().get(study, {})}
         rows = table[:2] + [
-            r for r in table[2:] if "| forks," in r and (names is None or r.split(" | ")[0].lstrip("| ") in names)
+            r
+            for r in table[2:]
+            if ("| forks," in r and (names is None or r.split(" | ")[0].lstrip("| ") in names))
+            or r.split(" | ")[0].lstrip("| ") in also
         ]
         what = "the tools already here" if only is not None else "a knob a user already has"
         if baseline.startswith("vanilla,"):
             what = "vanilla stopped earlier"
         what = TITLES.get(baseline, what)
         if len(rows) > 2:
-            lines += ["", f"### Against {what}: {baseline} (forks, test)", "", *rows]
+            where = "forks and length_bias" if also else "forks"
+            lines += ["", f"### Against {what}: {baseline} ({where}, test)", "", *rows]
     for study in ev.studies():
         testbed = ev.TESTBED_OF[study]
         if not ev.collect(out, "test", next(iter(ev.studies()[study])), warm_starts, seeds, testbed):
