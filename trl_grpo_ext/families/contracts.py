@@ -1,16 +1,12 @@
-"""The contract between the trainer and a family member, checked in one place.
+"""The contract between the trainer and a family member: its output side, and the error both sides raise.
 
-Two sides, both here:
+The class side (a member class checked when it is registered, and a selection when the config is validated) is
+:mod:`~trl_grpo_ext.families.registration`.
 
-- **A member class is checked when it is registered** (:func:`check_member_class`, run by every family registry's
-  ``register``): it is an :class:`~trl_grpo_ext.families.base.Extension` subclass built from the host alone, it
-  implements a hook its family needs with the family interface's parameters
-  (:data:`~trl_grpo_ext.families.interfaces.FAMILY_INTERFACES`), its ``config_fields`` is a tuple of names of
-  ``GRPOExtConfig`` fields and its ``host_capabilities`` are known ones. A user's variant that breaks one of these
-  fails at its ``@REGISTRY.register(...)`` line, with the class, the rule and the fix, instead of at the first step.
 - **What a member returns is checked where the trainer receives it** (:class:`Receiver`): the update type its family
   may return (a sample filter's advantages are refused), shapes, dtypes, lengths, finiteness and ranges of
-  advantages, keep flags, token selections, log-probs, loss terms, loss scales and beta. A
+  advantages (and that none carries a gradient graph), keep flags, token selections, log-probs, loss terms, loss
+  scales, beta and a member's checkpointed state (JSON, finite). A
   violation is a :class:`MemberContractError` naming the member, the hook and the step, and what to return instead;
   a NaN advantage never reaches the weights (it used to leave every weight NaN after one step, the error coming a
   step later from sampling, naming nothing).
@@ -26,7 +22,6 @@ from typing import Any
 
 import torch
 
-#: The hooks the trainer calls on every member (``Extension``'s), in the order it calls them.
 from ..api import FAMILY_INTERFACES, HOOKS, GenerationUpdate, Splice  # noqa: F401  (HOOKS re-exported)
 
 
