@@ -608,9 +608,9 @@ class GRPOExtTrainer(TRLHooks):
         return dict(self.extensions)
 
     def ext_state_dict(self) -> dict[str, Any]:
-        states = {name: part.state_dict() for name, part in self._stateful().items()}
-        for name, state in states.items():  # named errors instead of json's, at the save that meets them
-            self.ext_receiver.state(self._stateful()[name], state)
+        states = {}
+        for name, part in self._stateful().items():  # named errors instead of json's, at the save that meets them
+            states[name] = self.ext_receiver.state(part, part.state_dict())
         return {name: state for name, state in states.items() if state}
 
     def ext_save_state(self, folder: str) -> None:

@@ -19,6 +19,26 @@ logger = logging.getLogger(__name__)
 KL_CONTROLLERS.register("fixed")(Off)
 
 
+class StepKL:
+    """The per-token mean k3 KL to the reference over one optimizer step: each training micro-batch adds its masked
+    KL sum, token count and row count (:meth:`add`); at the step's last micro-batch :meth:`add` returns the sums over
+    every process (a collective every process reaches, so all decide alike) as ``(kl_mean, rows)``, else None."""
+
+    def __init__(self):
+        self._window: torch.Tensor | None = None
+
+    def add(self, ctx: LossContext, host) -> tuple[float, int] | None:
+        kl = per_token_kl(ctx.logps.detach(), ctx.inputs["ref_per_token_logps"])  # (B, T)
+        mask = ctx.mask.to(kl.dtype)
+        stats = torch.stack([(kl * mask).sum(), mask.sum(), torch.tensor(float(mask.size(0)), device=kl.device)])
+        self._window = stats if self._window is None else self._window + stats
+        if not host.step_end:
+            return None
+        kl_sum, tokens, rows = host.collectives.all_sum(self._window.float()).tolist()
+        self._window = None
+        return (kl_sum / tokens if tokens > 0 else float("nan")), int(rows)
+
+
 class _BetaControl(KLControllerBase):
     """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state (the ``set_beta``
     capability comes with ``KLControllerBase``)."""
@@ -76,22 +96,17 @@ class AdaptiveKL(_BetaControl):
             args.beta, args.kl_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
         self.host.beta = self.controller.value
-        self._window: torch.Tensor | None = None
+        self._step_kl = StepKL()
 
     def after_loss(self, ctx: LossContext) -> None:
         if ctx.mode != "train":
             return
         host = self.host
-        kl = per_token_kl(ctx.logps.detach(), ctx.inputs["ref_per_token_logps"])
-        mask = ctx.mask.to(kl.dtype)
-        stats = torch.stack([(kl * mask).sum(), mask.sum(), torch.tensor(float(mask.size(0)), device=kl.device)])
-        self._window = stats if self._window is None else self._window + stats
-        if not host.step_end:
+        measured = self._step_kl.add(ctx, host)
+        if measured is None:
             return
-        kl_sum, tokens, rows = host.collectives.all_sum(self._window.float()).tolist()
-        self._window = None
+        kl_mean, rows = measured
         used = host.beta
-        kl_mean = kl_sum / tokens if tokens > 0 else float("nan")
         if kl_mean != kl_mean:
             logger.warning("kl_control: no valid token in this optimizer step; beta stays at %.4g.", used)
         host.beta = self.controller.update(kl_mean, n_steps=int(rows))

@@ -14,13 +14,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import torch
 from transformers import TrainerCallback
 
-from ..adapter.compat import per_token_kl
 from ..names import config_error
 from .base import LossContext, Off
 from .interfaces import REFERENCE_UPDATES, ReferenceUpdateBase
+from .kl_control import StepKL
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class ReferenceReset(ReferenceUpdateBase):
             )
         self.count = 0
         self.last_reset = 0
-        self._window: torch.Tensor | None = None
+        self._step_kl = StepKL()
         self._due = False
         self._resumed_after_reset = False
         self.host.add_callback(_AtStepEnd(self))
@@ -95,15 +94,11 @@ class ReferenceReset(ReferenceUpdateBase):
         if ctx.mode != "train":
             return
         host = self.host
-        kl = per_token_kl(ctx.logps.detach(), ctx.inputs["ref_per_token_logps"])  # (B, T)
-        mask = ctx.mask.to(kl.dtype)
-        stats = torch.stack([(kl * mask).sum(), mask.sum()])
-        self._window = stats if self._window is None else self._window + stats
-        if not host.step_end:
+        measured = self._step_kl.add(ctx, host)
+        if measured is None:
             return
-        kl_sum, tokens = host.collectives.all_sum(self._window.float()).tolist()
-        self._window = None
-        term = host.beta * kl_sum / tokens if tokens > 0 else 0.0
+        kl_mean = measured[0]
+        term = host.beta * kl_mean if kl_mean == kl_mean else 0.0  # no valid token: no KL term
         step = host.global_step + 1  # the optimizer step this loss belongs to
         args = self.args
         every = args.ref_reset_steps is not None and step - self.last_reset >= args.ref_reset_steps
