@@ -5,6 +5,8 @@
     python benchmarks/testbed_study.py --suite pf          # PF-PPO filters under a noisy reward, with the R^2 picker
     python benchmarks/testbed_study.py --suite singles     # all on beside each tool alone
     python benchmarks/testbed_study.py --suite ablation    # all on minus each of its members
+    python benchmarks/testbed_study.py --suite dppo        # DPPO's trust region vs TRL's clip and clip-higher
+    python benchmarks/testbed_study.py --suite lr_reference --set learning_rate=8e-4  # reference reset vs fixed
 
 Setting (``grpo_lab.testbed``): a tiny Llama warm-started by SFT on a careless teacher's answers to ``"47+8="``,
 then GRPO with the verifier reward: 32 prompts x 8 completions per generation, 4 optimizer steps of 64 completions
@@ -129,7 +131,25 @@ def suites() -> dict[str, dict[str, Method]]:
         "epsilon_high=0.28": Method({"epsilon_high": 0.28}),
         "temperature 1.0": Method({"temperature": 1.0}),
     }
+    # DPPO's binary trust region (issue 47) on these off-policy mini-batches, against TRL's ratio clip (vanilla) and
+    # clip-higher, at prime-rl's bounds and a tighter one.
+    dppo = {
+        "vanilla": Method(),
+        "epsilon_high=0.28": Method({"epsilon_high": 0.28}),
+        "DPPO-TV 0.2": Method({"token_clip": "dppo"}),
+        "DPPO-TV 0.05": Method({"token_clip": "dppo", "dppo_delta_low": 0.05, "dppo_delta_high": 0.05}),
+    }
+    # The KL anchor that moves (issue 47), at the beta that rescued learning rate 8e-4 (run with --set
+    # learning_rate=8e-4): ProRL's reset and TRL's own mixing every 50 steps against the fixed anchor.
+    lr_reference = {
+        "vanilla": Method(),
+        "fixed beta 0.3": Method({"beta": 0.3}),
+        "reference reset every 50": Method({"beta": 0.3, "ref_update": "reset", "ref_reset_steps": 50}),
+        "sync_ref_model every 50": Method({"beta": 0.3, "sync_ref_model": True, "ref_model_sync_steps": 50}),
+    }
     return {
+        "dppo": dppo,
+        "lr_reference": lr_reference,
         "lr_rescue": lr_rescue,
         "testbed": {"vanilla": Method(), "default tools": Method(dict(tools))},
         "token_clip": token_clip,
