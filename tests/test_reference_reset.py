@@ -97,11 +97,35 @@ def test_refusals_name_the_field_and_the_fix(tmp_path, fields, problem):
     assert "Fix:" in str(err.value)
 
 
-def test_peft_has_no_reference_to_reset(make_trainer):
+def test_with_peft_the_reference_adapter_becomes_the_trained_one_and_the_base_is_untouched(make_trainer):
     from peft import LoraConfig
 
-    with pytest.raises(ValueError, match=r"ref_update='reset'.*adapter-disabled base.*Fix: train without peft_config"):
-        make_trainer(
-            beta=0.04, ref_update="reset", ref_reset_steps=1,
-            trainer_kwargs={"peft_config": LoraConfig(r=4, target_modules=["q_proj"])},
-        )  # fmt: skip
+    def adapter(model, name):
+        return {
+            n.replace(f".{name}.", "."): p.detach().clone() for n, p in model.named_parameters() if f".{name}." in n
+        }
+
+    def base(model):
+        return {n: p.detach().clone() for n, p in model.named_parameters() if ".lora_" not in n}
+
+    peft = {"peft_config": LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_alpha=8)}
+    trainer = make_trainer(beta=0.04, ref_update="reset", ref_reset_steps=1, max_steps=3, trainer_kwargs=peft)
+    model = trainer.model
+    assert "ref" in model.peft_config and model.active_adapter == "default"
+    ref0, base0 = adapter(model, "ref"), base(model)
+    assert ref0.keys() == adapter(model, "default").keys() and all(
+        torch.equal(ref0[k], v) for k, v in adapter(model, "default").items()
+    )  # a copy of the fresh adapter: the reference is still the base model
+    assert not any(p.requires_grad for n, p in model.named_parameters() if ".ref." in n)
+    trainer.train()
+    trained, ref = adapter(model, "default"), adapter(model, "ref")
+    assert any(not torch.equal(ref0[k], v) for k, v in trained.items())  # the adapter learned
+    assert all(torch.equal(ref[k], v) for k, v in trained.items())  # and the last reset copied it
+    assert all(torch.equal(base0[k], v) for k, v in base(model).items())  # the base model never moved
+    logs = last_logs(trainer)
+    assert [round(h["kl"], 7) for h in logs[1:]] == [0.0] * (len(logs) - 1)
+    assert [h["ref_reset/count"] for h in logs] == [1, 2, 3]
+    # without the reset TRL scores the reference with the adapters disabled and the KL grows
+    plain = make_trainer(beta=0.04, max_steps=3, trainer_kwargs=peft)
+    plain.train()
+    assert "ref" not in plain.model.peft_config and last_logs(plain)[-1]["kl"] > 0

@@ -308,20 +308,88 @@ def restore_checkpoint(trainer, folder: str) -> None:
     trainer._load_optimizer_and_scheduler(folder)
 
 
+#: The PEFT adapter TRL 1.14-1.16 score the reference with where the model has one (``use_adapter(model, "ref")``
+#: in ``_generate_and_score_completions``; TRL loads it itself when training starts from a pretrained adapter);
+#: without it they disable the adapters, so the reference is the base model.
+REFERENCE_ADAPTER = "ref"
+
+
+def _peft_model(trainer):
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return model if isinstance(getattr(model, "peft_config", None), dict) else None
+
+
+def _reference_adapter_pairs(model) -> tuple[list, list]:
+    """(policy adapter parameters, reference adapter parameters), paired by name (``.ref.`` for ``.<active>.``)."""
+    active = model.active_adapter
+    params = dict(model.named_parameters())
+    sources, targets = [], []
+    for name, param in params.items():
+        if f".{REFERENCE_ADAPTER}." not in name:
+            continue
+        source = params.get(name.replace(f".{REFERENCE_ADAPTER}.", f".{active}."))
+        shape = getattr(param, "ds_shape", param.shape)
+        if source is None or getattr(source, "ds_shape", source.shape) != shape:
+            raise ValueError(
+                f"ref_update='reset': the PEFT reference adapter '{REFERENCE_ADAPTER}' has a parameter {name} with no "
+                f"counterpart of the same shape in the trained adapter '{active}', so the policy's adapter cannot be "
+                f"copied into it. Fix: train without a '{REFERENCE_ADAPTER}' adapter of another configuration, or use "
+                "ref_update='none'"
+            )
+        sources.append(source)
+        targets.append(param)
+    return sources, targets
+
+
+def prepare_reference(trainer) -> bool:
+    """Make TRL's reference one a reset can move; False where there is none (``beta == 0``).
+
+    Without PEFT it is TRL's reference model. With PEFT TRL's reference is the adapter-disabled base model, which a
+    reset cannot make the policy without merging the adapter into the base (and then every adapter checkpoint
+    would miss it); so the reference becomes a frozen copy of the trained adapter under the name TRL 1.14-1.16
+    score the reference with, ``"ref"``: created here as a copy of the adapter (a freshly initialised LoRA
+    adapter is zero, so the reference is still the base model, exactly) unless TRL loaded one already (a
+    pretrained adapter: TRL's own initial copy)."""
+    if getattr(trainer, "ref_model", None) is not None:
+        return True
+    model = _peft_model(trainer)
+    if model is None or trainer.beta == 0.0:
+        return False
+    if REFERENCE_ADAPTER not in model.peft_config:
+        import copy
+
+        active = model.active_adapter
+        model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[active]))
+        model.set_adapter(active)  # peft keeps the active adapter; said here so no version changes it
+        sources, targets = _reference_adapter_pairs(model)
+        with torch.no_grad():
+            for source, target in zip(sources, targets, strict=True):
+                target.requires_grad_(False)
+                target.copy_(source)
+    else:
+        _reference_adapter_pairs(model)  # checked now, not at the first reset
+    return True
+
+
 def reset_reference(trainer) -> bool:
-    """Make TRL's reference model the current policy (the weights copied in place; ``sync_ref_model`` at
-    ``alpha = 1``, through TRL's own ``SyncRefModelCallback.sync_target_model``, which gathers the parameters under
-    DeepSpeed ZeRO-3; under FSDP2 both models are sharded alike and each process copies its own shards). A collective
-    under ZeRO-3: every process calls it. Returns False where TRL keeps no reference model (``beta == 0``, or PEFT,
-    whose reference is the adapter-disabled base)."""
+    """Make TRL's reference the current policy (the weights copied in place; ``sync_ref_model`` at ``alpha = 1``,
+    through TRL's own ``SyncRefModelCallback.sync_target_model``, which gathers the parameters under DeepSpeed
+    ZeRO-3; under FSDP2 both are sharded alike and each process copies its own shards): TRL's reference model, or
+    with PEFT the reference adapter :func:`prepare_reference` made (the trained adapter copied into it). A
+    collective under ZeRO-3: every process calls it. Returns False where there is no reference."""
     from trl.trainer.callbacks import SyncRefModelCallback
 
     ref = getattr(trainer, "ref_model", None)
-    if ref is None:
-        return False
-    model = trainer.accelerator.unwrap_model(trainer.model)
+    if ref is not None:
+        source, target = trainer.accelerator.unwrap_model(trainer.model), ref
+    else:
+        model = _peft_model(trainer)
+        if model is None or REFERENCE_ADAPTER not in model.peft_config:
+            return False
+        sources, targets = _reference_adapter_pairs(model)
+        source, target = torch.nn.ParameterList(sources), torch.nn.ParameterList(targets)
     with torch.no_grad():
-        SyncRefModelCallback.sync_target_model(model, ref, 1.0)
+        SyncRefModelCallback.sync_target_model(source, target, 1.0)
     return True
 
 

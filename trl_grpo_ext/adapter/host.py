@@ -133,9 +133,8 @@ class TrainerHost:
     def discard_buffered_rollouts(self) -> None:
         trl_compat.discard_buffered_rollouts(self._trainer)
 
-    @property
-    def has_reference(self) -> bool:
-        return getattr(self._trainer, "ref_model", None) is not None
+    def prepare_reference(self) -> bool:
+        return trl_compat.prepare_reference(self._trainer)
 
     def reset_reference(self) -> bool:
         return trl_compat.reset_reference(self._trainer)

@@ -113,9 +113,9 @@ class Host(Protocol):
     def discard_buffered_rollouts(self) -> None:
         """Drop TRL's buffered generation batch: the next training step generates afresh."""
 
-    @property
-    def has_reference(self) -> bool:
-        """Whether TRL keeps a reference model of its own (beta > 0 without PEFT)."""
+    def prepare_reference(self) -> bool:
+        """Make TRL's reference one a reset can move (with PEFT: a frozen copy of the adapter, TRL's ``"ref"``
+        adapter); False where there is none (beta 0)."""
 
     def reset_reference(self) -> bool:
         """Make the reference model the current policy (a collective under ZeRO-3); False where there is none."""
@@ -167,7 +167,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
     "completions_table": ("log_advantages", "zero_logged_advantages"),  # TRL's completions table (the trainer's own)
     # the reference reset: TRL's reference model and the optimizer
-    "reference": ("has_reference", "reset_reference", "reset_optimizer_moments"),
+    "reference": ("prepare_reference", "reset_reference", "reset_optimizer_moments"),
 }  # fmt: skip
 _NEEDS = {name: capability for capability, names in CAPABILITIES.items() for name in names}
 _PROTOCOL = frozenset(

@@ -5,6 +5,9 @@ Boundaries", arXiv 2505.24864, sec. 3: a hard reset of the reference to the curr
 dominates or validation stalls; slime's ``--ref-update-interval`` and ``--reset-optimizer-states``): every
 ``ref_reset_steps`` optimizer steps and/or when a step's KL term ``beta x KL`` exceeds ``ref_reset_kl_term``, TRL's
 reference model becomes the current policy, and with ``ref_reset_optimizer`` the optimizer's moments start afresh.
+With PEFT, TRL's reference is the adapter-disabled base model; the member gives it TRL's ``"ref"`` adapter (a frozen
+copy of the trained adapter, so the reference starts as the base model) and a reset copies the trained adapter into
+it: the base model is never touched and every adapter checkpoint stays whole.
 The decision is made at the end of an optimizer step from the step's KL summed over every process (all decide
 alike); the copy happens in a callback after the optimizer stepped, where no forward or backward is in flight.
 """
@@ -75,13 +78,9 @@ class ReferenceReset(ReferenceUpdateBase):
 
     def __init__(self, host):
         super().__init__(host)
-        if not self.host.has_reference:
+        if not self.host.prepare_reference():
             raise config_error(
-                "ref_update",
-                "reset",
-                "this run has no separate reference model to reset: with a PEFT model TRL's reference is the "
-                "adapter-disabled base, and making it the policy would mean merging the adapter into the base",
-                "train without peft_config, or use ref_update='none'",
+                "ref_update", "reset", "this run has no reference model to reset", "set beta > 0, or ref_update='none'"
             )
         self.count = 0
         self.last_reset = 0
