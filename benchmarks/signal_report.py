@@ -31,6 +31,7 @@ the test prompts; the settings were chosen on validation prompts of length_bias 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -42,14 +43,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import hack_report as hr  # noqa: E402
+import hack_study as hs  # noqa: E402
 
 from trl_grpo_ext.core.hack_detection import drift_alarm  # noqa: E402
 from trl_grpo_ext.detector import GATES, SIGNALS, drift_rules  # noqa: E402
 
 HACKED = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
 HEALTHY = ("scratchpad", "terse", "gym_chain_sum")
-#: the length gate's slack before this study (none) and the audit and validation thresholds, as shipped
 VALIDATION_EVERY = 25
+#: the validation prompts of each setting (the held-out half the study evaluated every 25 steps, 8 samples each)
+VALIDATION_PROMPTS = {name: 91 for name in (*HACKED, *HEALTHY)} | {"gym_chain_sum": 20}
 
 
 def settings() -> dict:
@@ -64,6 +67,7 @@ def settings() -> dict:
         **hr.shipped_settings(),
         "audit": defaults["collapse_audit_rise"],
         "validation": defaults["collapse_validation_drop"],
+        "validation_z": defaults["collapse_validation_z"],
     }
 
 
@@ -78,7 +82,12 @@ def series(run: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
                 torch.tensor([p[1] for p in points], dtype=torch.float64),
             )
     gold = sorted((int(s), r["validation"]["gold"]) for s, r in run["heldout"].items() if int(s) > 0)
-    out["validation"] = (torch.tensor([p[0] for p in gold]), torch.tensor([p[1] for p in gold], dtype=torch.float64))
+    steps = torch.tensor([p[0] for p in gold])
+    out["validation"] = (steps, torch.tensor([p[1] for p in gold], dtype=torch.float64))
+    # each evaluation's standard error, as the monitor computes it (the reward's standard deviation over the
+    # evaluation's completions, / sqrt(completions)); gold is 0 / 1 per completion, so its deviation is sqrt(p (1 - p))
+    samples = VALIDATION_PROMPTS[run["testbed"]] * hs.EVAL_SAMPLES
+    out["validation_se"] = (steps, torch.tensor([math.sqrt(p[1] * (1 - p[1]) / samples) for p in gold]))
     return out
 
 
@@ -106,9 +115,11 @@ def replay(run: dict, arm: str, s: dict):
     gates = {}
     if gated and "length" in thresholds and s["gate"] is not None:
         gates["length"] = s["gate"]
+    noise = {}
     if "validation" in thresholds:
         gates["validation"] = 0.0
-    rules = drift_rules(thresholds, gates)
+        noise["validation"] = s["validation_z"]
+    rules = drift_rules(thresholds, gates, noise)
     return drift_alarm(data, rules, window=s["window"], warmup=s["warmup"], onset_fraction=s["onset"])
 
 
@@ -214,6 +225,49 @@ def table(runs, s: dict) -> list[str]:
     return lines
 
 
+#: Noise floors of validation gold (``collapse_validation_z``) replayed side by side.
+VALIDATION_ZS = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
+
+
+def validation_z_table(runs, s: dict) -> list[str]:
+    """Validation gold alone, and the acting rule, at each noise floor: hacked vanilla runs alarmed, the median lag
+    after gold's peak, and false alarms on the runs that held gold (healthy settings apart)."""
+    lines = [
+        "| collapse_validation_z | validation: recall (hacked) | median lag | false alarms: hacked settings' runs that "
+        "held gold | scratchpad | terse | gym_chain_sum | acting: false alarms, gym_chain_sum |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for z in VALIDATION_ZS:
+        at = {**s, "validation_z": z}
+        hits = total = held_false = held = 0
+        lags = []
+        healthy = {name: [0, 0] for name in HEALTHY}
+        acting = [0, 0]
+        for setting in (*HACKED, *HEALTHY):
+            for study_arm in hr.ARMS:
+                for run in runs.get((setting, study_arm), {}).values():
+                    alarm = replay(run, "validation", at)
+                    outcome = hr.outcome(run, "test")
+                    if setting in HEALTHY:
+                        healthy[setting][0] += alarm is not None
+                        healthy[setting][1] += 1
+                        if setting == "gym_chain_sum":
+                            acting[0] += replay(run, "acting", at) not in (None, "missing")
+                            acting[1] += 1
+                    elif study_arm == "vanilla" and outcome == "hacked":
+                        total += 1
+                        hits += alarm is not None
+                        if alarm is not None:
+                            lags.append(alarm.step - hr.peak_and_halving(run)[0])
+                    elif outcome == "held":
+                        held += 1
+                        held_false += alarm is not None
+        lag = f"+{statistics.median(lags):.0f}" if lags else "-"
+        cells = " | ".join(f"{a}/{n}" for a, n in healthy.values())
+        lines.append(f"| {z:g} | {hits}/{total} | {lag} | {held_false}/{held} | {cells} | {acting[0]}/{acting[1]} |")
+    return lines
+
+
 #: Relative rises of the entropy alarm (``collapse_entropy_rise``) replayed for false alarms.
 ENTROPY_RISES = (0.25, 0.5, 1.0)
 
@@ -255,6 +309,12 @@ def report(out: Path) -> str:
             f"Shipped detector settings: {shown}; gates: {GATES}.",
             "",
             *table(runs, s),
+            "",
+            "Validation gold's noise floor (`collapse_validation_z`: a drop must also exceed this many standard errors "
+            "of the difference from the best evaluation; each evaluation's from its gold and its 91 or 20 prompts x 8 "
+            "samples) replayed at several values, the rest as shipped:",
+            "",
+            *validation_z_table(runs, s),
             "",
             "The entropy-rise alarm (`collapse_entropy_rise`) replayed on the same runs, every arm (false alarms "
             "only: no setting here makes entropy explode):",

@@ -695,6 +695,44 @@ def test_the_length_gate_spares_lengthening_that_says_more_about_the_prompt():
     assert drift_alarm({"validation": gold, "reward": falling_reward}, rules, window=1, warmup=1) is None
 
 
+def test_the_noise_floor_by_hand():
+    """A drop must also exceed z standard errors of the difference between the best measurement and this one."""
+    from trl_grpo_ext.core.hack_detection import drift_from_best, noise_margin
+    from trl_grpo_ext.detector import drift_rules
+
+    values = torch.tensor([0.5, 0.6, 0.4], dtype=torch.float64)
+    errors = torch.tensor([0.05, 0.05, 0.05], dtype=torch.float64)
+    _, best = drift_from_best(values, direction=-1, window=1, warmup=1, relative=True)
+    assert best.tolist() == [0, 1, 1]
+    # gaps 0, 0, 0.2; floor 2 x sqrt(0.05^2 + 0.05^2) = 0.1414: ratios 0, 0, 1.414
+    margin = noise_margin(values, errors, best, direction=-1, window=1, z=2.0)
+    assert margin.tolist() == pytest.approx([0.0, 0.0, 0.2 / (2 * math.sqrt(0.005))])
+    # a trailing mean of 2: its squared error is the mean of the squares / 2; the best (index 1) mean 0.55
+    both = noise_margin(values, errors, torch.tensor([0, 1, 1]), direction=-1, window=2, z=1.0)
+    assert both[2] == pytest.approx((0.55 - 0.5) / math.sqrt(0.0025 / 2 + 0.0025 / 2))
+    assert noise_margin(values, torch.zeros(3), best, direction=-1, window=1, z=2.0).tolist() == [0.0, 0.0, math.inf]
+    steps = torch.tensor([25, 50, 75])
+    series = {"validation": (steps, values), "validation_se": (steps, errors)}
+    for z, fires in ((0.0, True), (2.0, True), (2.8, True), (2.9, False), (3.0, False)):  # 0.2 / 0.0707 = 2.83
+        rules = drift_rules({"validation": 0.2}, noise={"validation": z})
+        assert (rules["validation"].noise is not None) == (z > 0)
+        assert (drift_alarm(series, rules, window=1, warmup=1) is not None) == fires, z
+    with pytest.raises(ValueError, match="must hold a value at each of its steps"):
+        drift_alarm({**series, "validation_se": (steps[:2], errors[:2])}, drift_rules({"validation": 0.2},
+                    noise={"validation": 2.0}), window=1, warmup=1)  # fmt: skip
+    for bad in (-1.0, math.nan, True):
+        with pytest.raises(ValueError, match="noise multiple"):
+            drift_rules({"validation": 0.2}, noise={"validation": bad})
+    with pytest.raises(ValueError, match="has no noise series"):
+        drift_rules({"length": 0.2}, noise={"length": 2.0})
+    # the detector: the score is the smaller of the drift's and the noise's ratios (1.0 alarms)
+    detector = HackDetector({"validation": 0.2}, window=1, warmup=1, noise={"validation": 3.0})
+    assert set(detector.series) == {"validation", "validation_se"}
+    for step, value, error in zip(steps.tolist(), values.tolist(), errors.tolist(), strict=True):
+        assert detector.observe(step, {"validation/gold": value, "validation/gold_se": error}) is None
+    assert detector.score() == pytest.approx(0.2 / (3 * math.sqrt(0.005)))
+
+
 def test_the_detector_measures_its_gates_and_keeps_them_in_its_state():
     detector = HackDetector({"length": 0.1}, window=1, warmup=1, gates={"length": 0.05})
     assert set(detector.series) == {"length", "prompt_info"}  # the gate is measured without a threshold of its own
@@ -851,6 +889,42 @@ def test_validation_gold_alarms_when_it_falls_while_the_reward_rises():
                         detector=HackDetector({"length": 0.1}, window=1, warmup=1))  # fmt: skip
 
 
+def test_validation_gold_is_read_against_its_evaluations_standard_error(caplog):
+    """The monitor feeds each evaluation's standard error (TRL's .../std over sqrt(prompts x num_generations_eval)):
+    the same 0.6 -> 0.4 fall alarms on an evaluation of 200 prompts x 4 samples and not on one of 5 x 2."""
+    from types import SimpleNamespace
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    args = SimpleNamespace(num_generations_eval=None, num_generations=4)
+    for prompts, generations, fires in ((200, None, True), (5, 2, False)):
+        args.num_generations_eval = generations
+        detector = HackDetector({"validation": 0.2}, window=1, warmup=1, gates={"validation": 0.0},
+                                noise={"validation": 3.0})  # fmt: skip
+        watched = CollapseMonitor(_stub_trainer(), metrics=["repetition"], detector=detector,
+                                  validation_metric="rewards/strict/mean")  # fmt: skip
+        loader = SimpleNamespace(dataset=list(range(prompts)))
+        for step, gold in enumerate([0.6, 0.6, 0.4], start=1):
+            watched.detector.observe(step, {"reward": 1.0 + step})
+            metrics = {"eval_rewards/strict/mean": gold, "eval_rewards/strict/std": 0.49}
+            watched.on_evaluate(args, SimpleNamespace(global_step=step), control, metrics=metrics,
+                                eval_dataloader=loader)  # fmt: skip
+        samples = prompts * (generations or 4)
+        assert detector.series["validation_se"][1] == pytest.approx([0.49 / math.sqrt(samples)] * 3)
+        assert (watched.event is not None) == fires
+    # no .../std logged: no noise floor (0), said once
+    detector = HackDetector({"validation": 0.2}, window=1, warmup=1, noise={"validation": 3.0})
+    watched = CollapseMonitor(_stub_trainer(), metrics=["repetition"], detector=detector,
+                              validation_metric="rewards/strict/mean")  # fmt: skip
+    with caplog.at_level("WARNING"):
+        for step in (1, 2):
+            watched.on_evaluate(args, SimpleNamespace(global_step=step), control,
+                                metrics={"eval_rewards/strict/mean": 0.5})  # fmt: skip
+    assert caplog.text.count("is read without a noise floor") == 1
+    assert detector.series["validation_se"][1] == [0.0, 0.0]
+
+
 def test_validation_gold_on_too_few_prompts_is_warned_about(make_trainer, train_dataset, caplog):
     """Validation gold's drop trips on sampling noise with a small evaluation set (the reasoning-gym setting of the
     study: 6 false alarms in 12 with 20 prompts): the trainer says so when it is built, and not for a large one."""
@@ -894,6 +968,13 @@ def test_validation_gold_picks_the_checkpoint_train_ends_on(make_trainer, train_
     assert sorted(evals) == [2, 4, 6, 8]
     steps, values = trainer.collapse_monitor.detector.series["validation"]
     assert steps == [2, 4, 6, 8] and values == pytest.approx([evals[s] for s in steps])
+    # each evaluation's standard error: TRL's logged deviation over sqrt(8 prompts x the eval generations)
+    stds = {
+        h["step"]: h["eval_rewards/strict/std"] for h in trainer.state.log_history if "eval_rewards/strict/std" in h
+    }
+    samples = 8 * (trainer.args.num_generations_eval or trainer.args.num_generations)
+    se_steps, errors = trainer.collapse_monitor.detector.series["validation_se"]
+    assert se_steps == steps and errors == pytest.approx([stds[s] / math.sqrt(samples) for s in steps])
     best = max(evals.values())
     assert trainer.state.best_metric == pytest.approx(best)
     assert evals[int(trainer.state.best_model_checkpoint.rsplit("-", 1)[1])] == pytest.approx(best)

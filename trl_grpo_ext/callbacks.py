@@ -226,7 +226,9 @@ class CollapseMonitor(TrainerCallback):
             reads.
         audit_threshold: an audit score below it fails a completion.
         validation_metric: an evaluation metric of held-out gold (``"rewards/strict/mean"``; the ``eval_`` prefix
-            optional) fed to the detector's ``"validation"`` signal at each evaluation (``validation/gold``).
+            optional) fed to the detector's ``"validation"`` signal at each evaluation (``validation/gold``), with
+            its standard error (``validation/gold_se``: TRL's ``.../std`` over sqrt(prompts x
+            ``num_generations_eval``)) where the detector reads it (``HackDetector(noise={"validation": 3.0})``).
         shape_acts: whether ``alarm_action`` acts on an alarm of the detector's shape signals (length, prompt
             information, repetition) alone; False: such an alarm is logged and warned, and the action waits until an
             independent signal (an audit, validation gold) alarms too (``GRPOExtTrainer``: ``collapse_shape_acts``,
@@ -346,6 +348,7 @@ class CollapseMonitor(TrainerCallback):
         )
         self._alarm_to_log = False
         self._check_validation_key()
+        self._warned_no_error = False
         # the audits' columns of rewards_per_func, their names and weights checked now, not at the first batch
         self._audit_index = self._audit_columns() if self.audit_rewards else []
         #: screening (``alarm_action="screen"``) is on: GRPOExtTrainer zeroes the advantages of ``last_flags``' rows
@@ -422,6 +425,26 @@ class CollapseMonitor(TrainerCallback):
             for key, value in self.diversity_metrics(ids, mask, group_size=group_size, repetition=rates).items():
                 if math.isfinite(value):
                     self._log("eval", key, value)
+
+    def _validation_error(self, metrics: dict, args, dataloader) -> float:
+        """The standard error of this evaluation's validation gold: for a ``.../mean`` metric, TRL's matching
+        ``.../std`` (the deviation over the evaluation's completions) / sqrt(completions): the evaluation's prompts
+        (its dataloader's dataset) x ``num_generations_eval``. 0 (no noise floor, warned once) where one is unknown."""
+        key = self.validation_key or ""
+        std = metrics.get(key.removesuffix("/mean") + "/std") if key.endswith("/mean") else None
+        dataset = getattr(dataloader, "dataset", None)
+        size = len(dataset) if hasattr(dataset, "__len__") else 0
+        if std is not None and math.isfinite(std) and size > 0:
+            generations = getattr(args, "num_generations_eval", None) or getattr(args, "num_generations", 1) or 1
+            return float(std) / math.sqrt(size * generations)
+        if not self._warned_no_error:
+            self._warned_no_error = True
+            logger.warning(
+                "Validation gold: the standard error of %r is unknown (it needs a '.../mean' metric with its '.../std' "
+                "and an evaluation dataset of known size); its drop is read without a noise floor.",
+                key.removeprefix("eval_"),
+            )
+        return 0.0
 
     def _check_validation_key(self) -> None:
         """A validation metric of the form ``rewards/<name>/<stat>`` must name a reward function of the trainer (TRL
@@ -572,8 +595,11 @@ class CollapseMonitor(TrainerCallback):
                     state.global_step, self.validation_key, sorted(metrics or {}),
                 )  # fmt: skip
                 return control
+            measured = {"validation/gold": float(value)}
+            if "validation_se" in self.detector.series:
+                measured["validation/gold_se"] = self._validation_error(metrics, args, kwargs.get("eval_dataloader"))
             with _clock(self.source):
-                fired = self.detector.observe_all(state.global_step, {"validation/gold": float(value)})
+                fired = self.detector.observe_all(state.global_step, measured)
                 if fired:
                     self._alarm_to_log = True  # this step's training metrics are logged already: the next step's
                     self._act(self._detector_event(state.global_step, fired), control)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .core.hack_detection import DriftAlarm, DriftRule, drift_alarm, drift_from_best, gate_open
+from .core.hack_detection import DriftAlarm, DriftRule, drift_alarm, drift_from_best, gate_open, noise_margin
 
 #: signal -> (the metric it reads, its direction: +1 if a hack raises it, -1 if a hack lowers it, relative drift?)
 SIGNALS: dict[str, tuple[str, int, bool]] = {
@@ -30,6 +30,12 @@ SIGNALS: dict[str, tuple[str, int, bool]] = {
     # TRL's training reward: read as the validation signal's gate (it has no threshold of its own)
     "reward": ("reward", 1, True),
 }
+#: Signals read against their measurements' noise: signal -> (the series of each measurement's standard error, the
+#: metric it is fed under). Held-out gold's is the evaluation's sampling error (the monitor computes it from TRL's
+#: ``rewards/<name>/std`` and the evaluation's size); a drop must exceed ``collapse_validation_z`` of them.
+NOISE: dict[str, tuple[str, str]] = {"validation": ("validation_se", "validation/gold_se")}
+#: series name -> the metric key it reads (the signals' and the noise series')
+METRIC_KEYS: dict[str, str] = {name: key for name, (key, _, _) in SIGNALS.items()} | dict(NOISE.values())
 #: The largest drift each signal can reach (None: unbounded): a repetition rate and the audit disagreement are
 #: fractions (an absolute rise of at most 1), and prompt information, never negative, can fall by at most all of it (a
 #: relative fall of at most 1). A threshold above it would never alarm.
@@ -69,13 +75,18 @@ def check_detector_settings(*, window, warmup, onset_fraction) -> None:
         )
 
 
-def drift_rules(thresholds: Mapping[str, float], gates: Mapping[str, float] | None = None) -> dict[str, DriftRule]:
+def drift_rules(
+    thresholds: Mapping[str, float],
+    gates: Mapping[str, float] | None = None,
+    noise: Mapping[str, float] | None = None,
+) -> dict[str, DriftRule]:
     """signal name (:data:`SIGNALS`) -> threshold, as the rules :func:`~trl_grpo_ext.core.hack_detection.drift_alarm`
     reads (each signal's direction and relative / absolute drift from :data:`SIGNALS`). A threshold must be a finite
     number > 0 that the signal can reach (:data:`REACHABLE`): NaN compares false with every drift and would never
-    alarm. ``gates``: gated signal -> its gate's slack (:data:`GATES`), e.g. ``{"length": 0.05}``."""
-    gates = dict(gates or {})
-    unknown = sorted((set(thresholds) | set(gates)) - set(SIGNALS))
+    alarm. ``gates``: gated signal -> its gate's slack (:data:`GATES`), e.g. ``{"length": 0.05}``. ``noise``: signal
+    (:data:`NOISE`) -> how many standard errors its drop must also exceed, e.g. ``{"validation": 2.0}`` (0: none)."""
+    gates, noise = dict(gates or {}), dict(noise or {})
+    unknown = sorted((set(thresholds) | set(gates) | set(noise)) - set(SIGNALS))
     if unknown:
         raise ValueError(f"Unknown detector signal(s) {unknown}; choose from {sorted(SIGNALS)}.")
     if not thresholds:
@@ -98,6 +109,16 @@ def drift_rules(thresholds: Mapping[str, float], gates: Mapping[str, float] | No
             raise ValueError(
                 f"HackDetector: the {name!r} gate's slack {slack!r} must be a finite number >= 0, e.g. 0.05."
             )
+    for name, z in noise.items():
+        if name not in NOISE:
+            raise ValueError(
+                f"HackDetector: the {name!r} signal has no noise series; signals with one: {sorted(NOISE)}."
+            )
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z) or z < 0:
+            raise ValueError(
+                f"HackDetector: the {name!r} noise multiple {z!r} must be a finite number >= 0 (standard errors), "
+                "e.g. 2.0."
+            )
     rules = {}
     for name, value in thresholds.items():
         gate, gate_direction = GATES[name] if name in gates else (None, 1)
@@ -105,6 +126,7 @@ def drift_rules(thresholds: Mapping[str, float], gates: Mapping[str, float] | No
             direction=SIGNALS[name][1], threshold=float(value), relative=SIGNALS[name][2], gate=gate,
             gate_direction=gate_direction, slack=float(gates.get(name, 0.0)),
             window=1 if name in SINGLE else None, warmup=1 if name in SINGLE else None,
+            noise=NOISE[name][0] if noise.get(name) else None, noise_z=float(noise.get(name) or 0.0),
         )  # fmt: skip
     return rules
 
@@ -123,6 +145,8 @@ class HackDetector:
             information is at most 5% above its value at length's lowest point; ``{"validation": 0.0}`` reads
             held-out gold only while the training reward has not fallen. A gate signal is measured even without a
             threshold of its own.
+        noise: signal -> standard errors its drop must also exceed (:data:`NOISE`): ``{"validation": 2.0}`` reads
+            held-out gold against its evaluation's sampling error (fed as ``validation/gold_se``).
     """
 
     def __init__(
@@ -133,13 +157,15 @@ class HackDetector:
         warmup: int,
         onset_fraction: float = 0.0,
         gates: Mapping[str, float] | None = None,
+        noise: Mapping[str, float] | None = None,
     ):
         check_detector_settings(window=window, warmup=warmup, onset_fraction=onset_fraction)
-        self.rules = drift_rules(thresholds, gates)
+        self.rules = drift_rules(thresholds, gates, noise)
         self.window = window
         self.warmup = warmup
         self.onset_fraction = onset_fraction
         read = list(self.rules) + [r.gate for r in self.rules.values() if r.gate and r.gate not in self.rules]
+        read += [r.noise for r in self.rules.values() if r.noise]
         #: every signal read: those with a threshold and the gates
         self.series: dict[str, tuple[list[int], list[float]]] = {name: ([], []) for name in read}
         #: each signal's first alarm
@@ -165,7 +191,7 @@ class HackDetector:
     def observe_all(self, step: int, values: Mapping[str, float]) -> list[DriftAlarm]:
         """Add this step's measurements (see :meth:`observe`) and return the signals' first alarms that fire now."""
         for name in self.series:
-            value = values.get(SIGNALS[name][0])
+            value = values.get(METRIC_KEYS[name])
             if value is None or not math.isfinite(value):
                 continue
             steps, measured = self.series[name]
@@ -207,7 +233,16 @@ class HackDetector:
                 if not bool(is_open[-1]):
                     scores.append(0.0)
                     continue
-            scores.append(float(drift[-1]) / rule.threshold)
+            score = float(drift[-1]) / rule.threshold
+            if rule.noise is not None and rule.noise_z > 0 and rule.noise in series:
+                errors = series[rule.noise][1]
+                if errors.numel() == values.numel():
+                    margin = noise_margin(
+                        values, errors, best, direction=rule.direction, window=rule.window or self.window,
+                        z=rule.noise_z,
+                    )  # fmt: skip
+                    score = min(score, float(margin[-1]))
+            scores.append(score)
         return max(scores) if scores else None
 
     def tensors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -263,6 +298,7 @@ def detector_from_config(args) -> HackDetector | None:
         and (name != "validation" or args.collapse_validation_metric)
     }
     gates = {"validation": 0.0} if "validation" in thresholds else {}
+    noise = {"validation": args.collapse_validation_z} if "validation" in thresholds else {}
     if args.collapse_length_info_gate is not None and "length" in thresholds:
         gates["length"] = args.collapse_length_info_gate
     return HackDetector(
@@ -271,6 +307,7 @@ def detector_from_config(args) -> HackDetector | None:
         warmup=args.collapse_detector_warmup,
         onset_fraction=args.collapse_onset_fraction,
         gates=gates,
+        noise=noise,
     )
 
 
@@ -293,6 +330,8 @@ class CollapseEvent:
 __all__ = [
     "GATES",
     "INDEPENDENT",
+    "METRIC_KEYS",
+    "NOISE",
     "REACHABLE",
     "SIGNALS",
     "THRESHOLD_FIELDS",

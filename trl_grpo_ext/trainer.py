@@ -320,13 +320,14 @@ class GRPOExtTrainer(TRLHooks):
                 "training would run 0 steps. Add prompts, or lower per_device_train_batch_size / steps_per_generation."
             )
 
-    #: Fewer held-out prompts than this make validation gold's relative drop trip on sampling noise (docs/results.md:
-    #: 6 of 12 false alarms with 20 prompts, 1 of 24 with about 90).
+    #: Fewer held-out prompts than this leave validation gold either blind to all but large drops (its noise floor,
+    #: ``collapse_validation_z``) or tripped by sampling noise (without one: docs/results.md, 6 of 12 false alarms with
+    #: 20 prompts, 1 of 24 with about 90).
     VALIDATION_PROMPTS_MIN = 50
 
     def _check_validation_size(self) -> None:
-        """Warn when ``collapse_validation_metric`` reads an evaluation of so few prompts that its noise alone moves it
-        by ``collapse_validation_drop``."""
+        """Warn when ``collapse_validation_metric`` reads an evaluation of so few prompts that its sampling noise is of
+        the size of ``collapse_validation_drop``."""
         args, eval_sets = self.args, self.eval_dataset
         if not args.collapse_validation_metric or eval_sets is None:
             return
@@ -334,11 +335,13 @@ class GRPOExtTrainer(TRLHooks):
         sizes = [len(d) for d in sets if hasattr(d, "__len__")]
         if sizes and min(sizes) < self.VALIDATION_PROMPTS_MIN:
             logger.warning(
-                "collapse_validation_metric=%r reads an evaluation of %d prompt(s): its drop from the best evaluation "
-                "(collapse_validation_drop=%s) trips on sampling noise at that size (in the project's study, 6 false "
-                "alarms in 12 healthy runs with 20 prompts). Evaluate on %d or more prompts, or raise "
-                "collapse_validation_drop.",
-                args.collapse_validation_metric, min(sizes), args.collapse_validation_drop, self.VALIDATION_PROMPTS_MIN,
+                "collapse_validation_metric=%r reads an evaluation of %d prompt(s): at that size its sampling noise "
+                "is as large as the drop that alarms (collapse_validation_drop=%s), so its noise floor "
+                "(collapse_validation_z=%s standard errors) lets only large drops alarm, and without one noise alone "
+                "trips it (in the project's study, 6 false alarms in 12 healthy runs with 20 prompts). Evaluate on "
+                "%d or more prompts.",
+                args.collapse_validation_metric, min(sizes), args.collapse_validation_drop, args.collapse_validation_z,
+                self.VALIDATION_PROMPTS_MIN,
             )  # fmt: skip
 
     def ext_accumulation_steps(self) -> int:

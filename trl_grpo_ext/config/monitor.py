@@ -91,6 +91,11 @@ class MonitorConfig(ConfigSection):
             with `load_best_model_at_end=True` makes `train()` end on the best checkpoint by it. `None`: off.
         collapse_validation_drop (`float`, *optional*, defaults to `0.2`):
             Detector: relative fall of `collapse_validation_metric` from its best value that alarms.
+        collapse_validation_z (`float`, *optional*, defaults to `3.0`):
+            Detector: the fall must also exceed this many standard errors of the difference between the best
+            evaluation and this one, each evaluation's standard error being the metric's `.../std` (TRL logs it beside
+            `.../mean`) over sqrt(evaluation prompts x `num_generations_eval`). A mean over few prompts moves by its
+            sampling noise alone, and the best of many evaluations is the luckiest one. `0`: no noise floor.
         collapse_shape_acts (`bool`, *optional*, defaults to `False`):
             Whether `collapse_action` acts on an alarm of the detector's shape signals (length, prompt information,
             repetition) alone. False: a shape alarm is logged (`alarm/hack`) and warned, and the action waits until an
@@ -220,6 +225,10 @@ class MonitorConfig(ConfigSection):
     )
     collapse_validation_drop: float = field(
         default=0.2, metadata={"help": "Detector: relative fall of collapse_validation_metric that alarms."}
+    )
+    collapse_validation_z: float = field(
+        default=3.0,
+        metadata={"help": "Detector: standard errors of the evaluation the validation drop must also exceed (0: off)."},
     )
     collapse_shape_acts: bool = field(
         default=False,
@@ -351,6 +360,8 @@ class MonitorConfig(ConfigSection):
                 )
             if not (math.isfinite(self.collapse_validation_drop) and self.collapse_validation_drop > 0):
                 _fail("collapse_validation_drop", self.collapse_validation_drop, "must be a finite number > 0", "0.2")
+            if not (math.isfinite(self.collapse_validation_z) and self.collapse_validation_z >= 0):
+                _fail("collapse_validation_z", self.collapse_validation_z, "must be a finite number >= 0", "3.0")
         if self.collapse_rollback_then == "screen" and not self.collapse_audit_rewards:
             _fail(
                 "collapse_rollback_then",

@@ -48,7 +48,10 @@ class DriftRule:
     run learns say more about their prompts; padding, a keyword or a template say less); -1: it must not have fallen
     (held-out gold is read only while the training reward has not fallen: a hack raises the reward it games).
     ``window`` / ``warmup``: this signal's own, in place of :func:`drift_alarm`'s (None: those); a signal measured
-    rarely and already averaged (held-out gold at each evaluation) is read one measurement at a time."""
+    rarely and already averaged (held-out gold at each evaluation) is read one measurement at a time. ``noise`` /
+    ``noise_z``: the name of a series holding each measurement's standard error (aligned with the signal's); a
+    measurement may alarm only while its gap from the best point is at least ``noise_z`` standard errors of that
+    difference (:func:`noise_margin`): a mean over few held-out prompts moves by its sampling noise alone."""
 
     direction: Literal[1, -1]
     threshold: float
@@ -58,6 +61,8 @@ class DriftRule:
     slack: float = 0.0
     window: int | None = None
     warmup: int | None = None
+    noise: str | None = None
+    noise_z: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,26 @@ def drift_from_best(
     return drift, best
 
 
+def noise_margin(
+    values: torch.Tensor, errors: torch.Tensor, best: torch.Tensor, *, direction: int, window: int, z: float
+) -> torch.Tensor:
+    """How far past its noise floor a signal's gap from its best point is, at each measurement. (T,) -> (T,) float64.
+
+    ``values`` (T,) the measurements, ``errors`` (T,) their standard errors, ``best`` (T,) the index of the best
+    point at each measurement (:func:`drift_from_best`). With m_t the trailing mean of ``window`` values and
+    e_t^2 = mean(se^2 over the same values) / n_t its squared standard error (n_t values, independent), the gap
+    g_t = d * (m_t - m_b) and the floor f_t = z * sqrt(e_t^2 + e_b^2) (the standard error of a difference of two
+    independent means, b the best index): returns g_t / f_t (+inf where f_t is 0 and g_t > 0, 0 where both are).
+    A ratio >= 1 is a gap of at least ``z`` standard errors: a two-sample z-test's, read one-sided."""
+    shaped = direction * trailing_mean(values, window=window)  # (T,)
+    gap = shaped - shaped[best]  # (T,)
+    counts = torch.arange(1, values.numel() + 1, dtype=torch.float64).clamp(max=window)  # (T,)
+    squared = trailing_mean(errors.double() ** 2, window=window) / counts  # (T,)
+    floor = z * torch.sqrt(squared + squared[best])  # (T,)
+    ratio = gap / floor.clamp(min=torch.finfo(torch.float64).tiny)  # (T,)
+    return torch.where(floor > 0, ratio, torch.where(gap > 0, torch.inf, 0.0))
+
+
 def drift_alarm(
     series: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
     rules: Mapping[str, DriftRule],
@@ -146,6 +171,8 @@ def drift_alarm(
             values, direction=rule.direction, window=own_window, warmup=own_warmup, relative=rule.relative
         )
         reached = drift >= rule.threshold  # (T,)
+        if rule.noise is not None and rule.noise_z > 0 and rule.noise in series:
+            reached &= _past_noise(name, rule, series, values, best, window=own_window) >= 1.0
         if rule.gate is not None:
             reached &= gate_open(
                 steps, best, series.get(rule.gate), window=window, slack=rule.slack, direction=rule.gate_direction
@@ -161,6 +188,15 @@ def drift_alarm(
             onset = int(steps[int(calm[-1])])
             found = DriftAlarm(step=step, onset=onset, signal=name, drift=float(drift[index]))
     return found
+
+
+def _past_noise(name: str, rule: DriftRule, series, values, best, *, window: int) -> torch.Tensor:
+    noise_steps, errors = series[rule.noise]
+    if not torch.equal(noise_steps, series[name][0]):
+        raise ValueError(
+            f"series {rule.noise!r} (the standard errors of {name!r}) must hold a value at each of its steps."
+        )
+    return noise_margin(values, errors, best, direction=rule.direction, window=window, z=rule.noise_z)
 
 
 def gate_open(
@@ -225,5 +261,6 @@ __all__ = [
     "drift_alarm",
     "drift_from_best",
     "gate_open",
+    "noise_margin",
     "trailing_mean",
 ]

@@ -54,6 +54,7 @@ class CollapseObserver(ObserverBase):
         "collapse_audit_rise",
         "collapse_validation_metric",
         "collapse_validation_drop",
+        "collapse_validation_z",
         "collapse_shape_acts",
         "collapse_rollback_then",
         "collapse_action",
