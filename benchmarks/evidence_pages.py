@@ -32,12 +32,18 @@ AGAINST = {
     # issue 47: DPPO against clip-higher (TRL's own clip is vanilla's), TRL's adaptive entropy bonus against AEPO
     "epsilon_high=0.28": ("forks_dppo",),
     "AEPO (target 0.2)": ("forks_entropy",),
+    # ... and the two entropy members against TRL's bonus (an entry that is not a study names one arm)
+    "TRL adaptive entropy (target 0.2)": ("AEPO (target 0.2)", "entropy-shaped advantages"),
 }
 #: Studies on another testbed whose arms are paired with a baseline too (the reference reset against the fixed anchor
 #: it moves, on the length-biased reward).
 ALSO = {"fixed beta 0.04": ("length_reference",)}
 #: How a baseline's table is titled (default: by whether it pairs every forks arm or a few studies').
-TITLES = {"epsilon_high=0.28": "clip-higher", "AEPO (target 0.2)": "the entropy control already here"}
+TITLES = {
+    "epsilon_high=0.28": "clip-higher",
+    "AEPO (target 0.2)": "the entropy control already here",
+    "TRL adaptive entropy (target 0.2)": "TRL's adaptive entropy bonus",
+}
 
 
 def study_minutes(out: Path, study: str, warm_starts, seeds) -> tuple[float, int]:
@@ -63,7 +69,7 @@ def block(out: Path, warm_starts, seeds) -> str:
     ]
     for baseline, only in AGAINST.items():
         table = ev.verdict_rows(out, "test", warm_starts, seeds, baseline=baseline)
-        names = None if only is None else {name for study in only for name in ev.studies().get(study, {})}
+        names = None if only is None else {name for entry in only for name in ev.studies().get(entry, {entry: 0})}
         also = {name for study in ALSO.get(baseline, ()) for name in ev.studies().get(study, {})}
         rows = table[:2] + [
             r
