@@ -61,6 +61,19 @@ def test_it_composes_with_adaptive_kl(make_trainer):
     assert logs[2]["kl"] == 0.0 and logs[2]["kl/beta"] > logs[1]["kl/beta"] and logs[3]["kl/beta"] < logs[2]["kl/beta"]
 
 
+def test_the_diversity_controller_is_untouched_by_a_reset(make_trainer):
+    """The diversity controller reads Distinct-N, not the KL: below its target (0.9, which these runs never reach) it
+    raises beta by its own rule, step for step as in the same run without resets, while the KL falls to 0."""
+    fields = dict(beta=0.04, kl_control="diversity", kl_diversity_target=0.9, kl_horizon=10, max_steps=3)
+    with_reset = make_trainer(ref_update="reset", ref_reset_steps=1, **fields)
+    with_reset.train()
+    without = make_trainer(**fields)
+    without.train()
+    betas = [h["kl/beta"] for h in last_logs(with_reset)]
+    assert betas == pytest.approx([h["kl/beta"] for h in last_logs(without)]) and betas[-1] != betas[0]
+    assert [round(h["kl"], 7) for h in last_logs(with_reset)][1:] == [0.0, 0.0]
+
+
 def test_a_resumed_run_makes_its_policy_the_reference_and_says_so(make_trainer, tmp_path, caplog):
     first = make_trainer(
         beta=0.04, ref_update="reset", ref_reset_steps=2, max_steps=2, save_strategy="steps", save_steps=2
