@@ -83,6 +83,8 @@ def main():
         kl_control="adaptive",
         kl_target=0.01,
         kl_horizon=50,
+        ref_update="reset",  # the reference becomes the policy after step 2: step 3's KL is 0 on every engine
+        ref_reset_steps=2,
         diversity_metrics=["distinct", "repetition", "entropy"],
         eval_strategy="steps",
         eval_steps=3,
@@ -143,6 +145,7 @@ def main():
         "engine": trainer.accelerator.distributed_type.name,
         "sharded": engines.is_sharded(trainer),
         "losses": [h["loss"] for h in logs],
+        "kls": [h["kl"] for h in logs],
         "betas": [h["kl/beta"] for h in logs] + [trainer.beta],
         "aepo_state": [aepo_member.last_entropy, aepo_member.temperature],
         "aepo_samples": [h.get("aepo/samples_used", 0.0) for h in logs],
@@ -159,6 +162,8 @@ def main():
     if dist.get_rank() == 0:
         with open(os.path.join(out_dir, f"{engine}_{aepo_mode}.json"), "w") as f:
             json.dump(gathered, f)
+    dist.barrier()
+    dist.destroy_process_group()  # the gloo threads joined before the interpreter exits, on every process
 
 
 if __name__ == "__main__":

@@ -142,3 +142,32 @@ def test_with_peft_the_reference_adapter_becomes_the_trained_one_and_the_base_is
     plain = make_trainer(beta=0.04, max_steps=3, trainer_kwargs=peft)
     plain.train()
     assert "ref" not in plain.model.peft_config and last_logs(plain)[-1]["kl"] > 0
+
+
+def test_with_peft_modules_to_save_under_vllm_is_refused():
+    """TRL's vLLM sync strips only the trained adapter's modules_to_save copies: a reference adapter's would reach
+    vLLM under names it lacks, so that combination is refused with the fix (checked on the adapter's own helper)."""
+    from types import SimpleNamespace
+
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_lab import testkit
+    from trl_grpo_ext.adapter import compat
+
+    model = get_peft_model(
+        testkit.build_tiny_model(testkit.build_char_tokenizer()),
+        LoraConfig(r=4, target_modules=["q_proj"], modules_to_save=["lm_head"]),
+    )
+
+    def trainer(use_vllm):
+        return SimpleNamespace(ref_model=None, beta=0.04, model=model, args=SimpleNamespace(use_vllm=use_vllm),
+                               accelerator=SimpleNamespace(unwrap_model=lambda m: m))  # fmt: skip
+
+    with pytest.raises(ValueError, match=r"modules_to_save.*Fix: train without modules_to_save"):
+        compat.prepare_reference(trainer(True))
+    assert "ref" not in model.peft_config
+    assert compat.prepare_reference(trainer(False)) and "ref" in model.peft_config
+    sources, targets = compat._reference_adapter_pairs(model)  # the modules_to_save copies pair by name like the rest
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert any("modules_to_save.ref." in names[id(t)] for t in targets)
+    assert [names[id(p)] for p in sources] == [names[id(t)].replace(".ref.", ".default.") for t in targets]

@@ -88,6 +88,7 @@ def _check_matches(runs: list[dict], reference: list[dict], engine_name: str, *,
         assert got["finite"] and len(got["losses"]) == len(want["losses"]) == 3
         assert got["losses"] == pytest.approx(want["losses"], rel=rel, abs=1e-7)
         assert got["betas"] == pytest.approx(want["betas"], rel=rel)
+        assert got["kls"][1] > 0 and got["kls"][2] == pytest.approx(0.0, abs=1e-6)  # the reference reset after step 2
         assert got["aepo_state"] == pytest.approx(want["aepo_state"], rel=rel)
         assert got["aepo_samples"] == want["aepo_samples"]
         assert got["spliced_rows"] == want["spliced_rows"] and got["aepo_chunk_rows"] == want["aepo_chunk_rows"]

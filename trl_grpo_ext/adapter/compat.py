@@ -359,6 +359,13 @@ def prepare_reference(trainer) -> bool:
         import copy
 
         active = model.active_adapter
+        if getattr(trainer.args, "use_vllm", False) and getattr(model.peft_config[active], "modules_to_save", None):
+            raise ValueError(
+                "ref_update='reset' with PEFT keeps the reference as a second adapter, and TRL's vLLM weight sync "
+                "strips only the trained adapter's copies of modules_to_save (modules_to_save.default.*): the "
+                "reference's copies would reach vLLM under names it does not have. Fix: train without modules_to_save "
+                "in the LoRA config, or use_vllm=False, or ref_update='none'"
+            )
         model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[active]))
         model.set_adapter(active)  # peft keeps the active adapter; said here so no version changes it
         sources, targets = _reference_adapter_pairs(model)
