@@ -205,7 +205,7 @@ def test_every_numeric_extension_field_refuses_nan():
     from trl import GRPOConfig
 
     trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    from trl_grpo_ext.config import _type_name
+    from trl_grpo_ext.config.section import _type_name
 
     TrlParser((GRPOExtConfig,))  # resolves field.type in place: the check must not depend on it being a string
     numeric = [

@@ -285,9 +285,9 @@ def test_one_list_of_sections_makes_the_flat_config_its_switches_and_its_docs():
     sections' switches, its docstring holds every section's, and ``PLUGIN_FIELDS`` is their fields in order."""
     from trl import GRPOConfig
 
-    from trl_grpo_ext.config import PLUGIN_FIELDS, SECTIONS
+    from trl_grpo_ext.config import PLUGIN_FIELDS, SECTIONS, GRPOExtFields
 
-    assert GRPOExtConfig.__bases__ == (*reversed(SECTIONS), GRPOConfig)
+    assert GRPOExtConfig.__bases__ == (GRPOExtFields,) and GRPOExtFields.__bases__ == (*reversed(SECTIONS), GRPOConfig)
     assert GRPOExtConfig.FAMILY_SWITCHES == tuple(s for section in SECTIONS for s in section.switches)
     assert {"advantage_estimator", "token_clip", "sample_filter", "kl_control", "entropy_control"} <= set(
         GRPOExtConfig.FAMILY_SWITCHES

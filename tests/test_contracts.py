@@ -4,11 +4,13 @@ error naming the member (or field), the hook, the step and the fix."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
 from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, ENTROPY_CONTROLS, KL_CONTROLLERS, TOKEN_CLIPS, Extension
 from trl_grpo_ext.families.base import GenerationUpdate, HostView, restrict
@@ -54,11 +56,29 @@ def test_config_fields_without_the_comma_and_unknown_fields_are_refused():
             def modify_logps(self, logps, ctx):
                 return logps
 
-    with pytest.raises(MemberContractError, match=r"declares \['temprature'\], which are not GRPOExtConfig fields"):
+    @TOKEN_CLIPS.register("typo_clip")
+    class Typo(Extension):
+        config_fields = ("temprature",)
 
-        @TOKEN_CLIPS.register("typo_clip")
-        class Typo(Extension):
-            config_fields = ("temprature",)
+        def modify_logps(self, logps, ctx):
+            return logps
+
+    try:  # a field is checked against the config the member is selected in (a subclass may add its own fields)
+        with pytest.raises(MemberContractError, match=r"declares \['temprature'\], which are not fields of GRPOExt"):
+            GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, token_clip="typo_clip")
+
+        @dataclasses.dataclass
+        class WithTemprature(GRPOExtConfig):
+            temprature: float = 0.5
+
+        WithTemprature(output_dir="unused", use_cpu=True, bf16=False, token_clip="typo_clip")
+    finally:
+        TOKEN_CLIPS.unregister("typo_clip")
+    with pytest.raises(MemberContractError, match=r"declares \[1\], which are not field names"):
+
+        @TOKEN_CLIPS.register("number_clip")
+        class Number(Extension):
+            config_fields = (1,)
 
             def modify_logps(self, logps, ctx):
                 return logps

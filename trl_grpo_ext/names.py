@@ -9,7 +9,6 @@ class): the config package reads them here instead of importing the families, th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 from .core.registry import Registry
@@ -22,13 +21,6 @@ PER_SEQUENCE_LOSS_TYPES = frozenset({"grpo", "sapo", "luspo", "dr_grpo"})
 TOKEN_COUNT_LOSS_TYPES = frozenset({"cispo", "dapo", "vespo"})
 #: Every loss type whose aggregation ``adapter.compat.aggregate_like_loss_type`` copies.
 KNOWN_LOSS_TYPES = PER_SEQUENCE_LOSS_TYPES | TOKEN_COUNT_LOSS_TYPES | {"bnpo"}
-
-
-#: The checks of the selected member classes ``GRPOExtConfig.validate`` runs, as ``check(config, members)`` with
-#: ``members`` mapping each family switch to its selected class: ``trl_grpo_ext.families`` registers its own (the
-#: members' rules live on the member classes, which the config does not import) when it is imported, as
-#: ``from trl_grpo_ext import GRPOExtConfig`` and the trainer do.
-SELECTION_CHECKS: list[Callable[[Any, dict[str, Any]], None]] = []
 
 
 def config_error(field_name: str, value, problem: str, fix: str) -> ValueError:

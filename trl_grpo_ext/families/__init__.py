@@ -25,7 +25,6 @@ import importlib
 import pkgutil
 
 from ..callbacks import ExtTimingCallback
-from ..names import SELECTION_CHECKS
 from .base import (
     FAMILIES,
     Extension,
@@ -45,13 +44,11 @@ from .interfaces import (
 )
 from .registration import check_member_class, check_selection
 
-# The one place the families join the registries and the config's validation (before any member module registers):
-# every family registry checks a class against the member contract when it is registered (built-in and user alike),
-# and GRPOExtConfig.validate runs the selected members' rules.
+# The one place the families join the registries (before any member module registers): every family registry checks a
+# class against the member contract when it is registered (built-in and user alike). GRPOExtConfig.validate runs the
+# selected members' rules (check_selection): the config imports this package, so they hold whatever is imported first.
 for _switch, _registry in FAMILIES.items():
     _registry.check = functools.partial(check_member_class, family=_switch)
-if check_selection not in SELECTION_CHECKS:
-    SELECTION_CHECKS.append(check_selection)
 
 from .observers import OBSERVERS  # noqa: E402  (after the wiring: its registry checks with it too)
 
@@ -96,5 +93,6 @@ __all__ = [
     "Host",
     "LossContext",
     "Off",
+    "check_selection",
     "registry_for",
 ]

@@ -42,7 +42,7 @@ from ..names import FAMILIES, registry_for  # noqa: F401  (re-exported)
 from .contracts import Receiver
 
 if TYPE_CHECKING:  # what a member's ``self.args`` reads, for the type checker (at run time a ConfigView of it)
-    from ..config import GRPOExtConfig
+    from ..config.fields import GRPOExtFields
 
 
 class Host(Protocol):
@@ -339,7 +339,7 @@ class Extension:
 
     #: The config as the member sees it: a read-only :class:`ConfigView` of its ``config_fields`` at run time, typed
     #: as the config for the type checker, so a misspelt or mistyped field read fails mypy (tests/test_typing.py).
-    args: GRPOExtConfig
+    args: GRPOExtFields
 
     def __init__(self, host: Host):
         self.host = restrict(host, type(self))

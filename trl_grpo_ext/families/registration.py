@@ -19,14 +19,9 @@ import inspect
 from typing import Any
 
 from ..api import FAMILY_INTERFACES, HOOKS
-from ..config import GRPOExtConfig
 from ..names import config_error
 from .base import CAPABILITIES, Extension, config_fields_of
 from .contracts import MemberContractError
-
-
-def _config_field_names() -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(GRPOExtConfig))
 
 
 def _signature(parameters: list[str]) -> str:
@@ -63,12 +58,11 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
                 if isinstance(fields, str)
                 else f"{where}: {owner}.config_fields = {fields!r} must be a tuple of GRPOExtConfig field names."
             )
-        unknown = sorted(f for f in fields if not isinstance(f, str) or f not in _config_field_names())
-        if unknown:
+        odd = [f for f in fields if not isinstance(f, str)]
+        if odd:
             raise MemberContractError(
-                f"{where}: {owner}.config_fields declares {unknown}, which are not GRPOExtConfig fields. Fix: list the "
-                "fields the member reads by their exact names (a field of your own: subclass GRPOExtConfig and pass "
-                "it as args)."
+                f"{where}: {owner}.config_fields declares {odd}, which are not field names. Fix: list the fields the "
+                "member reads by their names, as strings."
             )
     capabilities = getattr(obj, "host_capabilities", ())
     if isinstance(capabilities, str) or set(capabilities) - set(CAPABILITIES):
@@ -153,6 +147,15 @@ def check_selection(args, members: dict[str, Any]) -> None:
     for any member, then each member's own :meth:`~trl_grpo_ext.families.base.Extension.check_combination` (inherited
     by its subclasses, so a variant of a built-in keeps the built-in's rules). No rule reads a switch's value."""
     selected = [cls for cls in members.values() if not getattr(cls, "is_off", False)]
+    known = {f.name for f in dataclasses.fields(args)}
+    for switch, member in members.items():
+        unknown = sorted(f for f in config_fields_of(member) if f not in known)
+        if unknown:
+            raise MemberContractError(
+                f"{switch}={getattr(args, switch)!r}: {member.__name__}.config_fields declares {unknown}, which are "
+                f"not fields of {type(args).__name__}. Fix: list the fields the member reads by their exact names (a "
+                "field of your own: subclass GRPOExtConfig with it and pass that config as args)."
+            )
     if args.prm_model_name_or_path is not None and not any("scoring_model" in m.host_capabilities for m in selected):
         raise config_error(
             "prm_model_name_or_path",
