@@ -3,6 +3,7 @@ of runs on four kinds of reward hack, saved for the detector to be replayed on, 
 
     python benchmarks/hack_study.py --testbed length_bias --arms vanilla,clean,tools     # train (resumes)
     python benchmarks/hack_study.py --report                                            # the tables, trains nothing
+    python benchmarks/hack_study.py --testbed length_bias,gym_chain_sum --arms screen,rollback_screen  # acting for real
 
 Every run is one (testbed, arm, warm start, GRPO seed), 6 warm starts x 2 seeds by default, as in
 benchmarks/evidence_study.py (the same GRPO settings, seeds and training prompts). Arms: ``vanilla`` (the proxy
@@ -43,6 +44,12 @@ ROLLBACK = {
     "save_steps": 25,
     "save_total_limit": None,
 }
+#: The actions that train on (issue 45), trained for real at the shipped acting rule (an audit or validation alarm, or a
+#: shape alarm one confirms; here the audit, the study's validation gold being the report's): ``screen`` zeroes the
+#: advantages of the completions the audit flags from the alarm on; ``rollback_screen`` restores the checkpoint at the
+#: onset at once, then trains on to the end, screening. Neither is part of the default arms.
+SCREEN = {"collapse_action": "screen"}
+ROLLBACK_SCREEN = {**ROLLBACK, "collapse_shape_acts": False, "collapse_rollback_then": "screen"}
 #: Held-out evaluation: samples per prompt (at the training temperature) and the checkpoint spacing (also the
 #: spacing of the checkpoints a rollback can return to).
 EVAL_SAMPLES = 8
@@ -123,7 +130,10 @@ def run_one(job: dict) -> dict:
     gold = GoldRecorder(bed.gold_reward)  # the gold of the batch the trainer scores, kept aside
 
     grpo_seed = job["warm_start"] + 100 * job["seed"]
-    arm = {"vanilla": {}, "clean": {}, "tools": dict(testbed.DEFAULT_TOOLS), "rollback": ROLLBACK}[job["arm"]]
+    arm = {
+        "vanilla": {}, "clean": {}, "tools": dict(testbed.DEFAULT_TOOLS), "rollback": ROLLBACK, "screen": SCREEN,
+        "rollback_screen": ROLLBACK_SCREEN,
+    }[job["arm"]]  # fmt: skip
     config = bed.grpo_settings(
         **{
             "seed": grpo_seed,
@@ -160,6 +170,7 @@ def run_one(job: dict) -> dict:
     )  # fmt: skip
     trainer.train()
     shutil.rmtree(output_dir, ignore_errors=True)
+    monitor = trainer.collapse_monitor
     steps: dict[int, dict] = {}
     for record in trainer.state.log_history:
         if "step" in record and "loss" in record:
@@ -172,7 +183,10 @@ def run_one(job: dict) -> dict:
         "heldout": {str(step): r for step, r in sorted(checkpoints.results.items())},
         "old_alarm_steps": [step for step, _ in trainer.collapse_monitor.alarms],
         "rollback": trainer.collapse_monitor.rollback,
-        "final_heldout": heldout(trainer.model) if job["arm"] == "rollback" else None,
+        "first_alarm": None if monitor.event is None else monitor.event.step,
+        "screening": monitor.screening,
+        "continued_from": None if monitor.continued_from is None else monitor.continued_from.step,
+        "final_heldout": heldout(trainer.model) if job["arm"] in ("rollback", "rollback_screen") else None,
         "seconds": time.time() - start,
     }
 
@@ -227,7 +241,9 @@ def parse_range(text: str) -> list[int]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--testbed", default=",".join(TESTBEDS), help="comma-separated testbeds")
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms (and 'rollback')")
+    parser.add_argument(
+        "--arms", default=",".join(ARMS), help="comma-separated arms (and 'rollback', 'screen', 'rollback_screen')"
+    )
     parser.add_argument("--warm_starts", default="0-5")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--steps", type=int, default=300)

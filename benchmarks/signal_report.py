@@ -225,6 +225,45 @@ def table(runs, s: dict) -> list[str]:
     return lines
 
 
+#: The actions that train on, trained for real (benchmarks/hack_study.py --arms screen,rollback_screen).
+ACTING_ARMS = ("screen", "rollback_screen")
+
+
+def acting_lines(runs) -> list[str]:
+    """Held-out test gold at the end of the runs trained with an action that goes on training, against vanilla's run
+    of the same (warm start, seed): its final gold and, on a hacked setting, its best checkpoint's."""
+    lines = [
+        "| setting | arm | runs | acted in | final test gold | vanilla's final | vanilla's best | kept of vanilla's "
+        "final: mean (min) | kept of vanilla's best: mean (min) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for setting in (*HACKED, *HEALTHY):
+        for arm in ACTING_ARMS:
+            group = runs.get((setting, arm), {})
+            rows = []
+            for key, run in sorted(group.items()):
+                vanilla = runs.get((setting, "vanilla"), {}).get(key)
+                if vanilla is None:
+                    continue
+                mine = hr.heldout(run, "test")
+                final = (run.get("final_heldout") or {}).get("test", {}).get("gold", mine[max(mine)])
+                theirs = hr.heldout(vanilla, "test")
+                acted = run.get("screening", False) or run.get("continued_from") is not None
+                rows.append((final, theirs[max(theirs)], max(theirs.values()), acted))
+            if not rows:
+                continue
+            finals, last, best = ([r[i] for r in rows] for i in range(3))
+            of_last = [f / v for f, v, _, _ in rows if v > 0]
+            of_best = [f / b for f, _, b, _ in rows if b > 0]
+            lines.append(
+                f"| {setting}{' (healthy)' if setting in HEALTHY else ''} | {arm} | {len(rows)} | "
+                f"{sum(r[3] for r in rows)} | {statistics.fmean(finals):.3f} | {statistics.fmean(last):.3f} | "
+                f"{statistics.fmean(best):.3f} | {statistics.fmean(of_last):.0%} ({min(of_last):.0%}) | "
+                f"{statistics.fmean(of_best):.0%} ({min(of_best):.0%}) |"
+            )
+    return lines if len(lines) > 2 else []
+
+
 #: Noise floors of validation gold (``collapse_validation_z``) replayed side by side.
 VALIDATION_ZS = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
 
@@ -316,6 +355,19 @@ def report(out: Path) -> str:
             "",
             *validation_z_table(runs, s),
             "",
+            *(
+                [
+                    "The actions that go on training, trained for real at the shipped acting rule (the audit here; "
+                    "`python benchmarks/hack_study.py --arms screen,rollback_screen`): `screen` from the alarm on, "
+                    "`rollback_screen` (`collapse_action: rollback`, `collapse_rollback_then: screen`) restoring the "
+                    "onset's checkpoint at once and screening to the end. *Acted in*: runs whose action fired.",
+                    "",
+                    *acting,
+                    "",
+                ]
+                if (acting := acting_lines(runs))
+                else []
+            ),
             "The entropy-rise alarm (`collapse_entropy_rise`) replayed on the same runs, every arm (false alarms "
             "only: no setting here makes entropy explode):",
             "",
