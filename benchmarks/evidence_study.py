@@ -129,7 +129,7 @@ def studies() -> dict[str, dict[str, Arm]]:
                 {"advantage_weighting": "w_reinforce", "w_reinforce_lambda": 0.1}, "+0.1 right / -1 wrong, no baseline"
             ),
             "entropy-shaped advantages": Arm(
-                {"entropy_control": "entropy_advantage", "entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
+                {"advantage_weighting": "entropy_advantage", "entropy_adv_alpha": 0.4, "entropy_adv_kappa": 2.0},
                 "A + min(0.4 H, |A| / 2) per token",
             ),
         },

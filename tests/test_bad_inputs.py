@@ -156,9 +156,9 @@ CONFIG_ERRORS = [
     ("w_reinforce_baseline", dict(advantage_weighting="w_reinforce", advantage_estimator="pass_at_k", pkpo_k=2)),
     ("w_reinforce_threshold", dict(advantage_weighting="w_reinforce", w_reinforce_threshold="0.5")),
     ("advantage_weighting", dict(advantage_weighting="w-reinforce")),
-    ("entropy_adv_alpha", dict(entropy_control="entropy_advantage", entropy_adv_alpha=0.0)),
-    ("entropy_adv_kappa", dict(entropy_control="entropy_advantage", entropy_adv_kappa=0.5)),
-    ("entropy_adv_kappa", dict(entropy_control="entropy_advantage", entropy_adv_kappa=float("inf"))),
+    ("entropy_adv_alpha", dict(advantage_weighting="entropy_advantage", entropy_adv_alpha=0.0)),
+    ("entropy_adv_kappa", dict(advantage_weighting="entropy_advantage", entropy_adv_kappa=0.5)),
+    ("entropy_adv_kappa", dict(advantage_weighting="entropy_advantage", entropy_adv_kappa=float("inf"))),
     # dynamic sampling
     ("dynamic_sampling_max_rounds", dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=-1)),
     ("dynamic_sampling_max_rounds", dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=10**6)),

@@ -405,7 +405,7 @@ COLUMNS: dict[str, Column] = {
     "aepo_term": Column(dict(entropy_control="aepo", aepo_adv_threshold=0.0, **AEPO_0_1_0), (acted_aepo,)),
     "pass_at_k": Column(dict(advantage_estimator="pass_at_k", pkpo_k=2), (acted_pass_at_k,)),
     "w_reinforce": Column(dict(advantage_weighting="w_reinforce"), (acted_w_reinforce,)),
-    "entropy_advantage": Column(dict(entropy_control="entropy_advantage"), (acted_entropy_advantage,)),
+    "entropy_advantage": Column(dict(advantage_weighting="entropy_advantage"), (acted_entropy_advantage,)),
     "monitor": Column(MONITOR, (acted_monitor,)),
     "all": Column(
         dict(

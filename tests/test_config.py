@@ -316,3 +316,15 @@ def test_a_fields_bounds_are_declared_by_its_section(name, bad):
     extra = {"kl_control": "adaptive", "beta": 0.04} if name.startswith("kl_") else {}
     with pytest.raises(ValueError, match=rf"GRPOExtConfig\.{name}=.*outside \[.*\]: {re.escape(why)}\. Fix: e\.g\."):
         make(**extra, **{name: bad})
+
+
+def test_a_member_that_changed_family_is_refused_with_its_new_switch(tmp_path):
+    """Entropy-shaped advantages are an advantage weighting since 0.2.0: the old spelling names the new one."""
+    from trl_grpo_ext import GRPOExtConfig
+
+    moved = r"entropy_control='entropy_advantage': this member moved to advantage_weighting.*Fix: set advantage_w"
+    with pytest.raises(ValueError, match=moved):
+        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, entropy_control="entropy_advantage")
+    args = GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, advantage_weighting="entropy_advantage",
+                         entropy_control="aepo")  # fmt: skip
+    assert (args.advantage_weighting, args.entropy_control) == ("entropy_advantage", "aepo")  # now they combine

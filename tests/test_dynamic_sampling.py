@@ -204,7 +204,6 @@ def test_refilled_groups_get_the_configured_estimators_advantages(make_trainer, 
             pkpo_anneal_fraction=0.5,  # k reaches 1, where PKPO's advantages have both signs for W-REINFORCE to weight
             advantage_weighting="w_reinforce",
             w_reinforce_baseline="group",
-            entropy_control="entropy_advantage",
             token_clip="kl_cov",
             kl_control="adaptive",
             beta=0.04,
@@ -217,10 +216,11 @@ def test_refilled_groups_get_the_configured_estimators_advantages(make_trainer, 
             beta=0.04,
             entropy_control="aepo",
             aepo_regenerate_fraction=0.5,
+            advantage_weighting="entropy_advantage",
             loss_type="grpo",
         ),
     ],
-    ids=["alone", "with_pkpo_w_reinforce_entropy_adv_kl_cov_adaptive_kl", "with_aepo_clip_cov"],
+    ids=["alone", "with_pkpo_w_reinforce_kl_cov_adaptive_kl", "with_aepo_entropy_adv_clip_cov"],
 )
 def test_trains_alone_and_with_the_other_families(make_trainer, others):
     trainer = make_trainer(

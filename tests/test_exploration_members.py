@@ -1,4 +1,4 @@
-"""advantage_weighting='w_reinforce' and entropy_control='entropy_advantage' in the trainer: the advantages TRL's loss
+"""advantage_weighting='w_reinforce' and 'entropy_advantage' in the trainer: the advantages TRL's loss
 uses (checked against the same loss with hand-made advantages), evaluation left to TRL, the buffered batch left alone,
 and tiny training runs alone and with every other family."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from conftest import LogpProbe, last_logs, scored_batch
 
@@ -74,7 +75,11 @@ def test_w_reinforce_group_scales_positive_advantages_in_the_loss(make_trainer, 
 
 def test_entropy_advantage_is_the_capped_bonus_on_the_loss_advantages(make_trainer, train_dataset):
     trainer = make_trainer(
-        entropy_control="entropy_advantage", entropy_adv_alpha=0.4, entropy_adv_kappa=2.0, beta=0.1, loss_type="bnpo"
+        advantage_weighting="entropy_advantage",
+        entropy_adv_alpha=0.4,
+        entropy_adv_kappa=2.0,
+        beta=0.1,
+        loss_type="bnpo",
     )
     probe = LogpProbe().install(trainer)
     inputs = scored_batch(trainer, train_dataset)
@@ -138,14 +143,20 @@ def test_w_reinforce_group_logs_what_it_does_to_the_batch(make_trainer, train_da
     assert math.isclose(metrics["w_reinforce/adv_mean"][-1], float(weighted.mean()), rel_tol=1e-5, abs_tol=1e-7)
 
 
-def test_both_train_with_every_other_family(make_trainer):
+@pytest.mark.parametrize(
+    "weighting",
+    [
+        dict(advantage_weighting="w_reinforce", w_reinforce_baseline="group"),
+        dict(advantage_weighting="entropy_advantage"),
+    ],
+    ids=["w_reinforce", "entropy_advantage"],
+)
+def test_each_trains_with_every_other_family(make_trainer, weighting):
     trainer = make_trainer(
         advantage_estimator="pass_at_k",
         pkpo_k=2,
         pkpo_anneal_fraction=0.5,  # k reaches 1: PKPO's advantages get both signs, so W-REINFORCE's weighting acts
-        advantage_weighting="w_reinforce",
-        w_reinforce_baseline="group",
-        entropy_control="entropy_advantage",
+        **weighting,
         token_clip="clip_cov",
         sample_filter="best_worst",
         kl_control="adaptive",
@@ -156,13 +167,17 @@ def test_both_train_with_every_other_family(make_trainer):
     )
     trainer.train()
     logs = last_logs(trainer)
-    generation = ("w_reinforce/positive_frac", "w_reinforce/adv_mean", "pkpo/k", "filter/kept_frac")
-    loss_side = ("entropy_adv/bonus_mean", "entropy_adv/capped_frac", "clip_cov/selected_frac", "kl/beta")
+    entropy_adv = weighting["advantage_weighting"] == "entropy_advantage"
+    generation = ("pkpo/k", "filter/kept_frac") + (() if entropy_adv else ("w_reinforce/positive_frac",
+                                                                          "w_reinforce/adv_mean"))  # fmt: skip
+    loss_side = ("clip_cov/selected_frac", "kl/beta") + (
+        ("entropy_adv/bonus_mean", "entropy_adv/capped_frac") if entropy_adv else ()
+    )
     assert sum("pkpo/k" in h for h in logs) == 2  # steps 0 and 2 generate; step 1 reuses (num_iterations=2)
     for h in logs:
         keys = loss_side + (generation if "pkpo/k" in h else ())
         assert math.isfinite(h["loss"]) and all(math.isfinite(h[k]) for k in keys)
-    assert any(h["entropy_adv/bonus_mean"] > 0 for h in logs)
+    assert not entropy_adv or any(h["entropy_adv/bonus_mean"] > 0 for h in logs)
 
 
 def test_w_reinforce_paper_form_trains(make_trainer):

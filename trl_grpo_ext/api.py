@@ -371,11 +371,10 @@ class KLController(Member, Protocol):
 
 class EntropyControl(Member, Protocol):
     """``entropy_control``: rows generated at another temperature (``on_generation`` returns a
-    :class:`SpliceUpdate`), shaped advantages, modified log-probs or a loss term inside the loss, statistics after it.
-    """
+    :class:`SpliceUpdate`), modified log-probs or a loss term inside the loss, statistics after it (advantages shaped by
+    the entropy are an advantage weighting's: ``entropy_advantage``)."""
 
     def on_generation(self, batch: GenerationBatch) -> SpliceUpdate | None: ...
-    def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor: ...
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor: ...
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None: ...
     def after_loss(self, ctx: LossContext) -> None: ...
@@ -466,7 +465,7 @@ FAMILY_INTERFACES: dict[str, FamilyInterface] = {
     ),
     "entropy_control": FamilyInterface(
         EntropyControl,
-        ("on_generation", "shape_advantages", "modify_logps", "extra_loss", "after_loss"),
+        ("on_generation", "modify_logps", "extra_loss", "after_loss"),
         "an entropy control acts through at least one hook",
         frozenset({"splice"}),
         SpliceUpdate,

@@ -33,8 +33,10 @@ class AdvantageConfig(ConfigSection):
             Anneal k linearly from `pkpo_k` down to 1 over this fraction of training (0: constant k), as PKPO does to
             end on pass@1.
         advantage_weighting (`str`, *optional*, defaults to `"none"`):
-            Reweighting of the estimator's advantages by sign. `"w_reinforce"`: W-REINFORCE (Zhu et al. 2025, arXiv
-            2506.01347), positive samples weighted by `w_reinforce_lambda`, negative ones fully.
+            Reweighting of the estimator's advantages. `"w_reinforce"`: W-REINFORCE (Zhu et al. 2025, arXiv
+            2506.01347), positive samples weighted by `w_reinforce_lambda`, negative ones fully. `"entropy_advantage"`:
+            entropy-shaped advantages (Cheng et al. 2025, arXiv 2506.14758), each token's advantage plus a capped
+            bonus from the policy's entropy there (`entropy_adv_*`; `entropy_control` until 0.2.0).
         w_reinforce_lambda (`float`, *optional*, defaults to `0.1`):
             Weight of the positive samples (the paper's lambda; 0 trains on negative samples only).
         w_reinforce_baseline (`str`, *optional*, defaults to `"none"`):
@@ -44,6 +46,12 @@ class AdvantageConfig(ConfigSection):
             `w_reinforce_lambda` (any estimator).
         w_reinforce_threshold (`float`, *optional*, defaults to `0.5`):
             With `w_reinforce_baseline="none"`: rewards above it count as positive (0.5 for 0/1 accuracy rewards).
+        entropy_adv_alpha (`float`, *optional*, defaults to `0.4`):
+            With `advantage_weighting="entropy_advantage"`: every trained token's advantage gains
+            `min(entropy_adv_alpha * H_t, |A_t| / entropy_adv_kappa)`, `H_t` the policy's detached entropy at the
+            token; no entropy loss.
+        entropy_adv_kappa (`float`, *optional*, defaults to `2.0`):
+            Cap of the entropy bonus as a fraction `1 / kappa` of `|A_t|`; `kappa >= 1` keeps every advantage's sign.
     """
 
     switches = ("advantage_estimator", "advantage_weighting", "advantage_std")
@@ -55,6 +63,15 @@ class AdvantageConfig(ConfigSection):
             1000.0,
             "the positive samples' weight against the negatives' 1; above 1000 the negatives vanish",
             "w_reinforce_lambda=0.1",
+        ),
+        "entropy_adv_alpha": bounds(
+            0.0,
+            1000.0,
+            "an entropy weight above 1000 makes the bonus always hit its |A| / kappa cap",
+            "entropy_adv_alpha=0.4",
+        ),
+        "entropy_adv_kappa": bounds(
+            1.0, 1000000.0, "kappa >= 1 keeps the advantages' signs; above 1e6 the bonus is 0", "kappa=2.0"
         ),
     }
 
@@ -76,9 +93,12 @@ class AdvantageConfig(ConfigSection):
     pkpo_anneal_fraction: float = field(
         default=0.0, metadata={"help": "Anneal k from pkpo_k to 1 over this fraction of training (0: constant)."}
     )
-    advantage_weighting: Literal["none", "w_reinforce"] = field(
+    advantage_weighting: Literal["none", "w_reinforce", "entropy_advantage"] = field(
         default="none",
-        metadata={"help": "'w_reinforce': W-REINFORCE, positive samples down-weighted (arXiv 2506.01347)."},
+        metadata={
+            "help": "'w_reinforce': W-REINFORCE, positive samples down-weighted (arXiv 2506.01347). "
+            "'entropy_advantage': a capped entropy bonus on each token's advantage (arXiv 2506.14758)."
+        },
     )
     w_reinforce_lambda: float = field(
         default=0.1,
@@ -93,6 +113,12 @@ class AdvantageConfig(ConfigSection):
     w_reinforce_threshold: float = field(
         default=0.5, metadata={"help": "Reward above which a sample is positive (w_reinforce_baseline='none')."}
     )
+    entropy_adv_alpha: float = field(
+        default=0.4, metadata={"help": "entropy_advantage: bonus alpha * H_t per token (capped at |A| / kappa)."}
+    )
+    entropy_adv_kappa: float = field(
+        default=2.0, metadata={"help": "entropy_advantage: the bonus is at most |A| / kappa (kappa >= 1)."}
+    )
     advantage_std: Literal["sample", "population"] = field(
         default="sample",
         metadata={
@@ -102,6 +128,16 @@ class AdvantageConfig(ConfigSection):
     )
 
     def check(self) -> None:
+        if not self.entropy_adv_alpha > 0:
+            _fail("entropy_adv_alpha", self.entropy_adv_alpha, "must be > 0 (the entropy bonus's weight)", "e.g. 0.4")
+        if not self.entropy_adv_kappa >= 1:
+            _fail(
+                "entropy_adv_kappa",
+                self.entropy_adv_kappa,
+                "must be >= 1: the bonus is capped at |A| / kappa, and a smaller kappa lets it flip a negative "
+                "advantage's sign",
+                "e.g. 2.0",
+            )
         if not 0.0 <= self.pkpo_anneal_fraction <= 1.0:
             _fail("pkpo_anneal_fraction", self.pkpo_anneal_fraction, "a fraction of training, in [0, 1]", "e.g. 0.5")
         if self.w_reinforce_lambda < 0:

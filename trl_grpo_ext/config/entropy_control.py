@@ -18,13 +18,13 @@ AEPO_0_1_0 = {"aepo_mode": "term", "aepo_regenerate_fraction": 1.0}
 @dataclass
 class EntropyControlConfig(ConfigSection):
     r"""
-    > Entropy control (AEPO, arXiv 2510.08141; entropy-shaped advantages, arXiv 2506.14758)
+    > Entropy control (AEPO, arXiv 2510.08141)
 
         entropy_control (`str`, *optional*, defaults to `"none"`):
             `"aepo"`: each generation batch is generated again at a temperature chosen by the entropy (T_high under
             target, T_low above); the positive-advantage samples add a REINFORCE term that steers entropy to target.
-            Not TRL's entropy bonus (`entropy_coef`), which it replaces. `"entropy_advantage"`: each token's
-            advantage gains a capped bonus from the policy's entropy there (`entropy_adv_*`).
+            Not TRL's entropy bonus (`entropy_coef`), which it replaces. (Entropy-shaped advantages, here until
+            0.2.0, are `advantage_weighting="entropy_advantage"`.)
         aepo_target_entropy (`float`, *optional*, defaults to `0.5`):
             Mean token entropy to hold (reference implementation: 0.5).
         aepo_temperature_high (`float`, *optional*, defaults to `1.2`):
@@ -56,13 +56,6 @@ class EntropyControlConfig(ConfigSection):
             regenerates its first `floor(fraction x its groups)` groups (at least one); a process whose rows split a
             group regenerates all its rows. `1.0` regenerates every prompt.
 
-        entropy_adv_alpha (`float`, *optional*, defaults to `0.4`):
-            With `entropy_control="entropy_advantage"` (Cheng et al. 2025, arXiv 2506.14758): every trained token's
-            advantage gains `min(entropy_adv_alpha * H_t, |A_t| / entropy_adv_kappa)`, `H_t` the policy's detached
-            entropy at the token; no entropy loss.
-        entropy_adv_kappa (`float`, *optional*, defaults to `2.0`):
-            Cap of the entropy bonus as a fraction `1 / kappa` of `|A_t|`; `kappa >= 1` keeps every advantage's sign.
-
         Up to version 0.1.0 the behaviour was `aepo_mode="term"`, `aepo_regenerate_fraction=1.0`
         (`trl_grpo_ext.config.AEPO_0_1_0`).
     """
@@ -81,23 +74,11 @@ class EntropyControlConfig(ConfigSection):
             0.0, 10.0, "a sampling temperature above 10 samples noise", "aepo_temperature_low=0.8"
         ),
         "aepo_coef": bounds(0.0, 1000.0, "a weight above 1000 leaves only the AEPO term in the loss", "aepo_coef=1.0"),
-        "entropy_adv_alpha": bounds(
-            0.0,
-            1000.0,
-            "an entropy weight above 1000 makes the bonus always hit its |A| / kappa cap",
-            "entropy_adv_alpha=0.4",
-        ),
-        "entropy_adv_kappa": bounds(
-            1.0, 1000000.0, "kappa >= 1 keeps the advantages' signs; above 1e6 the bonus is 0", "kappa=2.0"
-        ),
     }
 
-    entropy_control: Literal["none", "aepo", "entropy_advantage"] = field(
+    entropy_control: Literal["none", "aepo"] = field(
         default="none",
-        metadata={
-            "help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141). "
-            "'entropy_advantage': add a capped entropy bonus to each token's advantage (arXiv 2506.14758)."
-        },
+        metadata={"help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141)."},
     )
     aepo_target_entropy: float = field(
         default=0.5,
@@ -135,30 +116,8 @@ class EntropyControlConfig(ConfigSection):
     aepo_regenerate_fraction: float = field(
         default=0.25, metadata={"help": "Fraction of the prompt groups generated again at T (reference: 0.25)."}
     )
-    entropy_adv_alpha: float = field(
-        default=0.4,
-        metadata={
-            "help": "entropy_advantage: bonus alpha * H_t per token (capped at |A| / kappa).",
-        },
-    )
-    entropy_adv_kappa: float = field(
-        default=2.0,
-        metadata={
-            "help": "entropy_advantage: the bonus is at most |A| / kappa (kappa >= 1).",
-        },
-    )
 
     def check(self) -> None:
-        if not self.entropy_adv_alpha > 0:
-            _fail("entropy_adv_alpha", self.entropy_adv_alpha, "must be > 0 (the entropy bonus's weight)", "e.g. 0.4")
-        if not self.entropy_adv_kappa >= 1:
-            _fail(
-                "entropy_adv_kappa",
-                self.entropy_adv_kappa,
-                "must be >= 1: the bonus is capped at |A| / kappa, and a smaller kappa lets it flip a negative "
-                "advantage's sign",
-                "e.g. 2.0",
-            )
         if not (math.isfinite(self.aepo_target_entropy) and self.aepo_target_entropy > 0):
             _fail("aepo_target_entropy", self.aepo_target_entropy, "must be a finite entropy > 0", "e.g. 0.5 (nats)")
         if not 0 < self.aepo_temperature_low < self.aepo_temperature_high:

@@ -183,6 +183,9 @@ class GRPOExtFields(
         registry_switches = tuple(FAMILIES)  # every family's switch
         for name in registry_switches:
             value = getattr(self, name)
+            moved = MOVED.get((name, value)) if isinstance(value, str) else None
+            if moved is not None and value not in switch_names(name):
+                _fail(name, value, f"this member moved to {moved[0]} in 0.2.0", f"set {moved[0]}={moved[1]!r}")
             if not isinstance(value, str) or value not in switch_names(name):
                 _fail(name, value, "unknown value (one name, a string)", f"use one of {switch_names(name)}")
 
@@ -201,6 +204,12 @@ class GRPOExtFields(
             if name not in registry_switches and value not in allowed:
                 _fail(name, value, "unknown value", f"use one of {list(allowed)}")
 
+
+#: Members that changed family: (old switch, value) -> (its switch now, its value there); the old spelling is refused
+#: with the new one (their other fields kept their names).
+MOVED: dict[tuple[str, str], tuple[str, str]] = {
+    ("entropy_control", "entropy_advantage"): ("advantage_weighting", "entropy_advantage"),
+}
 
 #: Every field the plugin adds to GRPOConfig (its sections'), in declaration order.
 PLUGIN_FIELDS = tuple(f.name for section in SECTIONS for f in dataclasses.fields(section))

@@ -1,4 +1,4 @@
-"""``entropy_control: entropy_advantage``: entropy-shaped token advantages (Cheng et al. 2025)."""
+"""``advantage_weighting: entropy_advantage``: entropy-shaped token advantages (Cheng et al. 2025)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,19 @@ import torch
 
 from ..core.advantages import entropy_shaped_advantages
 from .base import LossContext
-from .interfaces import ENTROPY_CONTROLS, EntropyControlBase
+from .interfaces import ADVANTAGE_WEIGHTINGS, AdvantageWeightingBase
 
 
-@ENTROPY_CONTROLS.register("entropy_advantage")
-class EntropyAdvantage(EntropyControlBase):
+@ADVANTAGE_WEIGHTINGS.register("entropy_advantage")
+class EntropyAdvantage(AdvantageWeightingBase):
     """Entropy-based advantage shaping (Cheng et al. 2025, "Reasoning with Exploration: An Entropy Perspective", arXiv
     2506.14758): every trained token's advantage gains ``min(entropy_adv_alpha * H_t, |A_t| / entropy_adv_kappa)``,
     with ``H_t`` the policy's entropy at the token in the same forward pass, detached. No entropy loss: high-entropy
     (forking) tokens of rewarded samples are reinforced more and those of penalised samples less, and the clip keeps
     the bonus below ``|A_t| / kappa`` so it never flips an advantage's sign (``kappa >= 1``).
 
-    Applied inside the loss (``shape_advantages``) to the advantages of whatever estimator and weighting ran, so a
+    An advantage weighting (``entropy_control`` until 0.2.0): applied inside the loss (``shape_advantages``) to the
+    advantages of whatever estimator ran, so a
     (B,) sequence advantage becomes a (B, T) token advantage; token clips (Clip-Cov / KL-Cov) and TRL's off-policy
     mask see the shaped advantages. Evaluation losses keep the unshaped ones.
 
