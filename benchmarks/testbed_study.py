@@ -303,6 +303,11 @@ def main():
         help="evaluations with --checkpoints_every, the final one too",
     )
     parser.add_argument(
+        "--baseline",
+        default="vanilla",
+        help="with --report: the method every other one is paired with (e.g. 'fixed beta 0.3'; default vanilla)",
+    )
+    parser.add_argument(
         "--set",
         nargs="*",
         default=[],
@@ -323,7 +328,7 @@ def main():
                 print(criteria(saved))
             plot(saved, path.removesuffix(".json") + ".png")
         if any("vanilla" in saved["runs"] and len(saved["runs"]) > 1 for saved in loaded):
-            print(paired(loaded))
+            print(paired(loaded, baseline=args.baseline))
         return
     common = {}
     for item in args.set:
@@ -478,7 +483,7 @@ def checkpoint_accuracy(run: dict) -> float | None:
     return statistics.mean(p["answer_acc"] for p in points.values()) if len(points) > 1 else None
 
 
-def paired(saved: list[dict], tolerance: float = 0.01) -> str:
+def paired(saved: list[dict], tolerance: float = 0.01, baseline: str = "vanilla") -> str:
     """Every method against vanilla over all runs of one or several saved studies (run by run: same warm start,
     same GRPO seed), e.g. the ``testbed`` suite at ``--grpo_seed_offset`` 0, 100 and 200.
 
@@ -486,8 +491,23 @@ def paired(saved: list[dict], tolerance: float = 0.01) -> str:
     points) mean +- std and per run, how many runs end within ``tolerance`` of vanilla or ahead, and in how many its
     held-out entropy, Distinct-2 and pass@8 are above vanilla's (pass@8: above / equal / below). When the runs have
     checkpoints (``--checkpoints_every``), a second row compares the accuracy averaged over a run's checkpoints, and a
-    line gives how far one run's accuracy moves between its checkpoints (std, points).
+    line gives how far one run's accuracy moves between its checkpoints (std, points). ``baseline``: the method in
+    vanilla's place (its runs are the ones every other method, vanilla included, is paired with).
     """
+    if baseline != "vanilla":
+        swap = {baseline: "vanilla", "vanilla": "vanilla (plain)"}
+        saved = [
+            {**results, "runs": {swap.get(name, name): runs for name, runs in results["runs"].items()}}
+            for results in saved
+        ]
+        if not any("vanilla" in results["runs"] for results in saved):
+            raise SystemExit(f"--baseline {baseline!r}: no saved study has that method")
+        return (
+            paired(saved, tolerance)
+            .replace("vanilla", "BASE")
+            .replace("BASE (plain)", "vanilla")
+            .replace("BASE", baseline)
+        )
     base: dict = {}  # (settings, offset, seed) -> vanilla run
     others: dict = {}  # method label -> {(offset, seed): run}
     settings_of: dict = {}  # method label -> the --set of its study
