@@ -53,7 +53,10 @@ def main():
     prm = dict(advantage_estimator="prm", prm_outcome_coef=1.0)
     # term mode: nonzero_std, which keeps no row of rank 1 (its groups are flat); splice mode: best_worst
     sample_filter = dict(sample_filter="nonzero_std" if aepo_mode == "term" else "best_worst")
+    # the token clip: KL-Cov over every process's tokens (global scope); in mode "dynamic" DPPO's trust region instead
+    token_clip = dict(token_clip="kl_cov", token_clip_scope="global", kl_cov_ratio=0.05)
     if aepo_mode == "dynamic":
+        token_clip = dict(token_clip="dppo", dppo_delta_low=0.05, dppo_delta_high=0.05)
         prm = dict(advantage_estimator="grpo")
         sample_filter = dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=2)
         aepo = dict(entropy_control="aepo", aepo_adv_threshold=0.0, aepo_regenerate_fraction=1.0)
@@ -75,9 +78,7 @@ def main():
         ddp_timeout=60,  # a collective one process never joins fails in a minute, not after the default 30
         loss_type="grpo",
         num_iterations=2,
-        token_clip="kl_cov",
-        token_clip_scope="global",
-        kl_cov_ratio=0.05,
+        **token_clip,
         **sample_filter,
         beta=0.04,
         kl_control="adaptive",
@@ -146,6 +147,7 @@ def main():
         "sharded": engines.is_sharded(trainer),
         "losses": [h["loss"] for h in logs],
         "kls": [h["kl"] for h in logs],
+        "dppo_shift": [h["dppo/prob_shift_mean"] for h in logs if "dppo/prob_shift_mean" in h],
         "betas": [h["kl/beta"] for h in logs] + [trainer.beta],
         "aepo_state": [aepo_member.last_entropy, aepo_member.temperature],
         "aepo_samples": [h.get("aepo/samples_used", 0.0) for h in logs],

@@ -1,6 +1,7 @@
 """Every family on, under the engines users scale with: FSDP2 and DeepSpeed ZeRO-3 with the parameters really split
 across 2 gloo processes on the CPU (tests/engines.py says what it patches in accelerate to get there), in both AEPO
-modes and with dynamic sampling, against the DDP run of the same seed.
+modes and with dynamic sampling (where DPPO's trust region stands in for KL-Cov), against the DDP run of the same
+seed; a reference reset after step 2 in every run.
 
 Rank 1's rewards are flat by construction (tests/sharded_worker.py): AEPO finds nothing to splice there (splice mode)
 or no sample for its chunk (term mode), and ``nonzero_std`` keeps none of its rows (term mode); in mode ``dynamic``,
@@ -75,6 +76,7 @@ def test_every_process_runs_the_same_forwards_and_collectives(ddp, mode):
     if mode == "splice":
         assert sum(rank0["spliced_rows"]) > 0 and sum(rank1["spliced_rows"]) == 0  # rank 1's splice empty every time
     elif mode == "dynamic":  # rank 1 refills its flat groups, rank 0 generates as many rounds and refills nothing
+        assert len(rank0["dppo_shift"]) == 3 and max(rank0["dppo_shift"]) > 0  # DPPO measured every step
         assert sum(rank1["refilled_rows"]) > 0 and sum(rank0["refilled_rows"]) == 0
         assert rank0["rounds"] == rank1["rounds"] and max(rank0["rounds"]) >= 1
     else:
@@ -89,6 +91,7 @@ def _check_matches(runs: list[dict], reference: list[dict], engine_name: str, *,
         assert got["losses"] == pytest.approx(want["losses"], rel=rel, abs=1e-7)
         assert got["betas"] == pytest.approx(want["betas"], rel=rel)
         assert got["kls"][1] > 0 and got["kls"][2] == pytest.approx(0.0, abs=1e-6)  # the reference reset after step 2
+        assert got["dppo_shift"] == pytest.approx(want["dppo_shift"], rel=rel, abs=1e-7)  # mode "dynamic": DPPO
         assert got["aepo_state"] == pytest.approx(want["aepo_state"], rel=rel)
         assert got["aepo_samples"] == want["aepo_samples"]
         assert got["spliced_rows"] == want["spliced_rows"] and got["aepo_chunk_rows"] == want["aepo_chunk_rows"]
