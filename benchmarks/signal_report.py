@@ -231,35 +231,40 @@ ACTING_ARMS = ("screen", "rollback_screen")
 
 def acting_lines(runs) -> list[str]:
     """Held-out test gold at the end of the runs trained with an action that goes on training, against vanilla's run
-    of the same (warm start, seed): its final gold and, on a hacked setting, its best checkpoint's."""
+    of the same (warm start, seed): on a hacked setting against its best checkpoint (what a user would want to keep)
+    beside the clean-reward run's final gold (trained on gold: the ceiling), on a healthy one against its final gold
+    (what a false alarm must not cost)."""
     lines = [
-        "| setting | arm | runs | acted in | final test gold | vanilla's final | vanilla's best | kept of vanilla's "
-        "final: mean (min) | kept of vanilla's best: mean (min) |",
+        "| setting | arm | runs | acted in | final test gold: mean (min) | vanilla's final | vanilla's best | "
+        "clean reward's final | kept: of vanilla's best (hacked) or final (healthy), mean (min) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def final_gold(run: dict) -> float:
+        gold = hr.heldout(run, "test")
+        return (run.get("final_heldout") or {}).get("test", {}).get("gold", gold[max(gold)])
+
     for setting in (*HACKED, *HEALTHY):
+        healthy = setting in HEALTHY
+        clean = [final_gold(r) for r in runs.get((setting, "clean"), {}).values()]
         for arm in ACTING_ARMS:
-            group = runs.get((setting, arm), {})
             rows = []
-            for key, run in sorted(group.items()):
+            for key, run in sorted(runs.get((setting, arm), {}).items()):
                 vanilla = runs.get((setting, "vanilla"), {}).get(key)
                 if vanilla is None:
                     continue
-                mine = hr.heldout(run, "test")
-                final = (run.get("final_heldout") or {}).get("test", {}).get("gold", mine[max(mine)])
                 theirs = hr.heldout(vanilla, "test")
                 acted = run.get("screening", False) or run.get("continued_from") is not None
-                rows.append((final, theirs[max(theirs)], max(theirs.values()), acted))
+                rows.append((final_gold(run), theirs[max(theirs)], max(theirs.values()), acted))
             if not rows:
                 continue
             finals, last, best = ([r[i] for r in rows] for i in range(3))
-            of_last = [f / v for f, v, _, _ in rows if v > 0]
-            of_best = [f / b for f, _, b, _ in rows if b > 0]
+            kept = [f / (v if healthy else b) for f, v, b, _ in rows if (v if healthy else b) > 0]
+            ceiling = f"{statistics.fmean(clean):.3f}" if clean and not healthy else "-"
             lines.append(
-                f"| {setting}{' (healthy)' if setting in HEALTHY else ''} | {arm} | {len(rows)} | "
-                f"{sum(r[3] for r in rows)} | {statistics.fmean(finals):.3f} | {statistics.fmean(last):.3f} | "
-                f"{statistics.fmean(best):.3f} | {statistics.fmean(of_last):.0%} ({min(of_last):.0%}) | "
-                f"{statistics.fmean(of_best):.0%} ({min(of_best):.0%}) |"
+                f"| {setting}{' (healthy)' if healthy else ''} | {arm} | {len(rows)} | {sum(r[3] for r in rows)} | "
+                f"{statistics.fmean(finals):.3f} ({min(finals):.3f}) | {statistics.fmean(last):.3f} | "
+                f"{statistics.fmean(best):.3f} | {ceiling} | {statistics.fmean(kept):.0%} ({min(kept):.0%}) |"
             )
     return lines if len(lines) > 2 else []
 
