@@ -8,6 +8,8 @@ If a TRL upgrade changes either, the parity tests fail.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ..names import KNOWN_LOSS_TYPES, PER_SEQUENCE_LOSS_TYPES, TOKEN_COUNT_LOSS_TYPES, TRL_VERSION  # noqa: F401
@@ -356,8 +358,6 @@ def prepare_reference(trainer) -> bool:
     if model is None or trainer.beta == 0.0:
         return False
     if REFERENCE_ADAPTER not in model.peft_config:
-        import copy
-
         active = model.active_adapter
         if getattr(trainer.args, "use_vllm", False) and getattr(model.peft_config[active], "modules_to_save", None):
             raise ValueError(
