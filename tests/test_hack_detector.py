@@ -731,6 +731,16 @@ def test_the_noise_floor_by_hand():
     for step, value, error in zip(steps.tolist(), values.tolist(), errors.tolist(), strict=True):
         assert detector.observe(step, {"validation/gold": value, "validation/gold_se": error}) is None
     assert detector.score() == pytest.approx(0.2 / (3 * math.sqrt(0.005)))
+    # a measurement without its standard error has none (0), an error without its measurement is dropped, and a
+    # checkpoint of a version that kept no errors loads with 0 at its steps: the series stay aligned, never a crash
+    detector = HackDetector({"validation": 0.2}, window=1, warmup=1, noise={"validation": 3.0})
+    detector.observe(25, {"validation/gold": 0.5})
+    detector.observe(50, {"validation/gold": 0.6, "validation/gold_se": 0.05})
+    detector.observe(60, {"validation/gold_se": 0.05})
+    assert detector.series["validation_se"] == ([25, 50], [0.0, 0.05])
+    detector.load_state_dict({"series": {"validation": [[25, 50, 75], [0.5, 0.6, 0.3]]}})
+    assert detector.series["validation_se"] == ([25, 50, 75], [0.0, 0.0, 0.0])
+    assert detector.observe(100, {"validation/gold": 0.3, "validation/gold_se": 0.01}).step == 75
 
 
 def test_the_detector_measures_its_gates_and_keeps_them_in_its_state():

@@ -190,7 +190,10 @@ class HackDetector:
 
     def observe_all(self, step: int, values: Mapping[str, float]) -> list[DriftAlarm]:
         """Add this step's measurements (see :meth:`observe`) and return the signals' first alarms that fire now."""
+        noises = {rule.noise: name for name, rule in self.rules.items() if rule.noise}  # noise series -> its signal
         for name in self.series:
+            if name in noises:
+                continue
             value = values.get(METRIC_KEYS[name])
             if value is None or not math.isfinite(value):
                 continue
@@ -199,6 +202,8 @@ class HackDetector:
                 continue  # a step measured twice (a resumed run replaying its last step) counts once
             steps.append(int(step))
             measured.append(float(value))
+        for noise, signal in noises.items():  # one standard error per measurement of its signal: 0 (no floor) if none
+            self._align(noise, signal, values.get(METRIC_KEYS[noise]))
         waiting = {name: rule for name, rule in self.rules.items() if name not in self.alarms}
         if not waiting:
             return []
@@ -257,6 +262,15 @@ class HackDetector:
             state["alarms"] = {name: vars(alarm).copy() for name, alarm in self.alarms.items()}
         return state
 
+    def _align(self, noise: str, signal: str, value: float | None = None) -> None:
+        """Give the noise series a value at each step of its signal's: ``value`` (a finite number >= 0) at the newest
+        step, 0 (no noise floor) at any step without one (a checkpoint of a version that did not record it)."""
+        steps, _ = self.series[signal]
+        known = dict(zip(*self.series[noise], strict=True))
+        if value is not None and math.isfinite(value) and value >= 0 and steps and steps[-1] not in known:
+            known[steps[-1]] = float(value)
+        self.series[noise] = (list(steps), [known.get(s, 0.0) for s in steps])
+
     def load_state_dict(self, state: Mapping) -> None:
         series = state.get("series", {})
         if not isinstance(series, Mapping):
@@ -266,6 +280,9 @@ class HackDetector:
             if len(steps) != len(values) or not all(math.isfinite(float(v)) for v in values):
                 raise ValueError(f"detector state: series {name!r} is damaged (lengths or non-finite values).")
             self.series[name] = ([int(s) for s in steps], [float(v) for v in values])
+        for name, rule in self.rules.items():
+            if rule.noise:
+                self._align(rule.noise, name)
         alarms = dict(state.get("alarms") or {})
         if state.get("alarm"):  # a checkpoint of an earlier version: the first alarm only
             alarms.setdefault(state["alarm"]["signal"], state["alarm"])
