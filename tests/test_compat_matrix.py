@@ -448,7 +448,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("loss_type=vespo", "dppo"): DPPO_LOSS,
     ("epsilon_high=0.28", "dppo"): "would silently drop the epsilon_high",
     ("sync_ref_model", "ref_reset"): "sync_ref_model also moves the reference",
-    ("LoRA (peft_config)", "ref_reset"): "adapter-disabled base",
     ("environment_factory (scripted tool call)", "aepo"): "entropy_control='aepo' cannot run with environment_factory",
     ("environment_factory (scripted tool call)", "aepo_term"): (
         "entropy_control='aepo' cannot run with environment_factory"

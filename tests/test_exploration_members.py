@@ -86,7 +86,7 @@ def test_entropy_advantage_is_the_capped_bonus_on_the_loss_advantages(make_train
     inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=torch.Generator().manual_seed(0))
     before = inputs["advantages"].clone()
     captured = {}
-    member = trainer.extensions["entropy_control"]
+    member = trainer.extensions["advantage_weighting"]
     original = member.shape_advantages
 
     def capture(advantages, ctx):
@@ -98,7 +98,7 @@ def test_entropy_advantage_is_the_capped_bonus_on_the_loss_advantages(make_train
     torch.testing.assert_close(inputs["advantages"], before)  # the buffered batch is not edited
     bonus = trainer._metrics["train"]["entropy_adv/bonus_mean"][-1]
     assert bonus > 0
-    trainer.extensions.pop("entropy_control")
+    trainer.extensions.pop("advantage_weighting")
     mask = inputs["completion_mask"]
     token_adv = before.unsqueeze(1).expand_as(mask)
     shaped = entropy_shaped_advantages(token_adv, captured["entropies"], alpha=0.4, kappa=2.0)
@@ -113,7 +113,7 @@ def test_entropy_advantage_is_the_capped_bonus_on_the_loss_advantages(make_train
     expected = float(capped.sum() / valid.sum())
     assert math.isclose(trainer._metrics["train"]["entropy_adv/capped_frac"][-1], expected, rel_tol=1e-6)
     zero = {**inputs, "advantages": torch.zeros_like(before)}
-    trainer.extensions["entropy_control"] = member
+    trainer.extensions["advantage_weighting"] = member
     member.shape_advantages = original
     _loss_and_grad(trainer, probe, zero)
     assert trainer._metrics["train"]["entropy_adv/capped_frac"][-1] == 0.0  # advantage 0 everywhere: nothing capped

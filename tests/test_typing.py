@@ -56,5 +56,5 @@ def test_a_member_misreading_the_config_is_refused():
     """``self.args`` is typed as the config (a ConfigView of the declared fields at run time): a misspelt field or a
     field used as the wrong type fails mypy."""
     proc = _mypy(CASES / "bad_member.py")
-    assert '"GRPOExtConfig" has no attribute "clip_cov_ration"' in proc.stdout, proc.stdout
+    assert '"GRPOExtFields" has no attribute "clip_cov_ration"' in proc.stdout, proc.stdout
     assert 'Unsupported operand types for + ("float" and "Literal[\'clip_cov\']")' in proc.stdout, proc.stdout
