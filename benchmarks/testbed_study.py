@@ -494,20 +494,8 @@ def paired(saved: list[dict], tolerance: float = 0.01, baseline: str = "vanilla"
     line gives how far one run's accuracy moves between its checkpoints (std, points). ``baseline``: the method in
     vanilla's place (its runs are the ones every other method, vanilla included, is paired with).
     """
-    if baseline != "vanilla":
-        swap = {baseline: "vanilla", "vanilla": "vanilla (plain)"}
-        saved = [
-            {**results, "runs": {swap.get(name, name): runs for name, runs in results["runs"].items()}}
-            for results in saved
-        ]
-        if not any("vanilla" in results["runs"] for results in saved):
-            raise SystemExit(f"--baseline {baseline!r}: no saved study has that method")
-        return (
-            paired(saved, tolerance)
-            .replace("vanilla", "BASE")
-            .replace("BASE (plain)", "vanilla")
-            .replace("BASE", baseline)
-        )
+    if not any(baseline in results["runs"] for results in saved):
+        raise SystemExit(f"--baseline {baseline!r}: no saved study has that method")
     base: dict = {}  # (settings, offset, seed) -> vanilla run
     others: dict = {}  # method label -> {(offset, seed): run}
     settings_of: dict = {}  # method label -> the --set of its study
@@ -515,17 +503,17 @@ def paired(saved: list[dict], tolerance: float = 0.01, baseline: str = "vanilla"
         offset = results.get("grpo_seed_offset") or 0
         settings = ", ".join(f"{k}={v}" for k, v in sorted((results.get("set") or {}).items()))
         for name, runs in results["runs"].items():
-            label = f"{name} [{settings}]" if settings and name != "vanilla" else name
+            label = f"{name} [{settings}]" if settings and name != baseline else name
             settings_of[label] = settings
             for run in runs:
-                if name == "vanilla":  # the same vanilla run in several studies: keep the one with checkpoints
+                if name == baseline:  # the same baseline run in several studies: keep the one with checkpoints
                     known = base.get((settings, offset, run["seed"]))
                     if known is None or (run.get("checkpoints") and not known.get("checkpoints")):
                         base[(settings, offset, run["seed"])] = run
                 else:
                     others.setdefault(label, {})[(offset, run["seed"])] = run
     vanillas = [  # each settings' own vanilla runs, taken before any are borrowed below
-        (f"vanilla [{settings}]" if settings else "vanilla", {k[1:]: r for k, r in base.items() if k[0] == settings})
+        (f"{baseline} [{settings}]" if settings else baseline, {k[1:]: r for k, r in base.items() if k[0] == settings})
         for settings in sorted({k[0] for k in base})
     ]
     borrowed = []
@@ -538,7 +526,7 @@ def paired(saved: list[dict], tolerance: float = 0.01, baseline: str = "vanilla"
                 base[(settings, *key)] = base[("", *key)]
     base_of = {label: {k[1:]: run for k, run in base.items() if k[0] == settings_of[label]} for label in others}
     header = (
-        "| method | accuracy | runs | method | vanilla | method - vanilla (points) | 95% interval (cluster "
+        f"| method | accuracy | runs | method | {baseline} | method - {baseline} (points) | 95% interval (cluster "
         "bootstrap) | verdict | per run (offset/seed) | within a point or ahead | entropy higher | Distinct-2 higher | "
         "pass@8 above / equal / below |\n"
     )

@@ -15,46 +15,11 @@ from dataclasses import dataclass
 
 from ..families import check_selection
 from ..names import FAMILIES, registry_for
-from .fields import (
-    AEPO_0_1_0,
-    PERCENT_TRAP_RATIO,
-    PLUGIN_FIELDS,
-    SECTIONS,
-    TRL_FIELD_BOUNDS,
-    AdvantageConfig,
-    CheckpointConfig,
-    ConfigSection,
-    EntropyControlConfig,
-    GRPOExtFields,
-    KLControlConfig,
-    MonitorConfig,
-    PRMConfig,
-    SampleFilterConfig,
-    TokenClipConfig,
-    bounds,
-    switch_names,
-)
+from .fields import *  # noqa: F403  (the flat fields, the sections and their helpers: fields.__all__)
+from .fields import GRPOExtFields
+from .fields import __all__ as _FIELDS_ALL
 
-__all__ = [
-    "AEPO_0_1_0",
-    "PERCENT_TRAP_RATIO",
-    "PLUGIN_FIELDS",
-    "SECTIONS",
-    "TRL_FIELD_BOUNDS",
-    "AdvantageConfig",
-    "CheckpointConfig",
-    "ConfigSection",
-    "EntropyControlConfig",
-    "GRPOExtConfig",
-    "GRPOExtFields",
-    "KLControlConfig",
-    "MonitorConfig",
-    "PRMConfig",
-    "SampleFilterConfig",
-    "TokenClipConfig",
-    "bounds",
-    "switch_names",
-]
+__all__ = [*_FIELDS_ALL, "GRPOExtConfig"]
 
 
 @dataclass

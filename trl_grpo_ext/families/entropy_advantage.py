@@ -18,9 +18,8 @@ class EntropyAdvantage(AdvantageWeightingBase):
     the bonus below ``|A_t| / kappa`` so it never flips an advantage's sign (``kappa >= 1``).
 
     An advantage weighting (``entropy_control`` until 0.2.0): applied inside the loss (``shape_advantages``) to the
-    advantages of whatever estimator ran, so a
-    (B,) sequence advantage becomes a (B, T) token advantage; token clips (Clip-Cov / KL-Cov) and TRL's off-policy
-    mask see the shaped advantages. Evaluation losses keep the unshaped ones.
+    advantages of whatever estimator ran, so a (B,) sequence advantage becomes a (B, T) token advantage; token clips
+    (Clip-Cov / KL-Cov) and TRL's off-policy mask see the shaped advantages. Evaluation losses keep the unshaped ones.
 
     Logs ``entropy_adv/bonus_mean`` (mean bonus over trained tokens, all processes) and ``entropy_adv/capped_frac``
     (fraction of trained tokens whose bonus hit the ``|A| / kappa`` cap; a token of advantage 0 is not counted as
