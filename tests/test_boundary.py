@@ -10,6 +10,7 @@ import inspect
 import re
 import subprocess
 import sys
+import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def test_extensions_receive_the_host_not_the_trainer(make_trainer):
 class _FakeHost:
     """Every Host member a test below touches, unrestricted."""
 
-    args = None
+    args = types.SimpleNamespace(use_bias_correction_kl=False)  # what Extension.Args reads
     beta = 0.0
     feeds_collapse_monitor = False
 
@@ -303,7 +304,7 @@ def test_no_module_level_import_cycle():
             visit(name, [name])
     assert not cycles, cycles
     # the config runs the selected members' rules (families.check_selection) whatever was imported first; no family
-    # module reads the config class (a member's config_fields are checked against the config it is given)
+    # module reads the config class (a member's Args fields are checked against the config it is given)
     assert not [
         name for name in graph if name.startswith("trl_grpo_ext.families") and "trl_grpo_ext.config" in graph[name]
     ]
@@ -448,8 +449,9 @@ def test_one_member_selects_tokens(make_trainer, train_dataset):
 def test_config_imports_no_behaviour(path):
     """The config package validates against trl_grpo_ext.names (registries, metric names, TRL's loss types), the
     checkpoint rules (trl_grpo_ext.checkpoints, a leaf: what a rollback needs), the members' own rules (the families
-    package's ``check_selection``, from ``__init__`` only) and its own section modules, never the monitor or the TRL
-    copies, at module level or inside a check."""
+    package's ``check_selection``, from ``__init__`` only), the value lists the pure core declares once (its ``Literal``
+    types, such as ``core.advantages.StdKind``) and its own section modules, never the monitor or the TRL copies, at
+    module level or inside a check."""
     tree = ast.parse(path.read_text())
     imported = set()
     for node in ast.walk(tree):
@@ -460,7 +462,8 @@ def test_config_imports_no_behaviour(path):
     ours = {name for name in imported if name.startswith(".") or name.startswith("trl_grpo_ext")}
     sections = {f".{p.stem}" for p in (PACKAGE / "config").glob("*.py") if p.stem != "__init__"}
     allowed = {"..names", "..checkpoints"} | sections | ({"..families"} if path.name == "__init__.py" else set())
-    assert ours <= allowed, ours
+    core = {name for name in ours if name.startswith("..core.")}
+    assert ours - core <= allowed, ours
 
 
 def test_the_checkpoint_rules_are_a_leaf():
@@ -522,20 +525,20 @@ def _args_read_per_class(path: Path) -> dict[str, set[str]]:
 @pytest.mark.parametrize("path", FAMILY_MODULES, ids=[p.name for p in FAMILY_MODULES])
 def test_members_declare_every_config_field_they_read(path):
     """Read from the code, branch by branch (the runtime view only catches the branches a test runs): every config
-    field a member class reads is in its config_fields (or a base's), and each declared field is a real one."""
+    field a member class reads is a field of its Args (or a base's), and each declared field is a real one."""
     import importlib
 
     from trl_grpo_ext import GRPOExtConfig
-    from trl_grpo_ext.families.base import config_fields_of
+    from trl_grpo_ext.families.base import Extension, args_fields
 
     package = "trl_grpo_ext.families"
     module = importlib.import_module(package if path.stem == "__init__" else f"{package}.{path.stem}")
     real = {f.name for f in dataclasses.fields(GRPOExtConfig)}
     for name, reads in _args_read_per_class(path).items():
         cls = getattr(module, name)
-        if not isinstance(cls, type):
+        if not (isinstance(cls, type) and issubclass(cls, Extension)):
             continue
-        declared = config_fields_of(cls)
+        declared = args_fields(cls)
         assert reads <= declared, f"{name} reads {sorted(reads - declared)} without declaring them"
         assert declared <= real, f"{name} declares {sorted(declared - real)}, not GRPOExtConfig fields"
 
@@ -545,14 +548,64 @@ def test_a_member_reads_only_the_config_fields_it_declares():
     from trl_grpo_ext.families.base import Extension
 
     class Reader(Extension):
-        config_fields = ("kl_target",)
+        @dataclasses.dataclass(frozen=True)
+        class Args(Extension.Args):
+            kl_target: float
+
+        args: Args
 
     host = _FakeHost()
     host.args = GRPOExtConfig(output_dir="x", report_to="none", use_cpu=True, bf16=False, kl_target=0.3)
     member = Reader(host)
-    assert member.args.kl_target == 0.3 and member.host.args.kl_target == 0.3
+    assert member.args.kl_target == 0.3 and member.host.args is member.args
     assert member.args.use_bias_correction_kl is host.args.use_bias_correction_kl  # the base's helpers read it
-    with pytest.raises(AttributeError, match=r"Reader reads args\.beta.*add 'beta' to Reader\.config_fields"):
+    with pytest.raises(AttributeError, match=r"Reader\.Args has no field 'beta'.*add `beta: <its type>` to"):
         member.args.beta  # noqa: B018
-    with pytest.raises(AttributeError, match="read-only"):
-        member.args.kl_target = 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        member.args.kl_target = 1.0  # type: ignore[misc]
+
+
+def _type_words(hint) -> set[str]:
+    """A type as a set of plain names: ``Literal['a', 'b']`` reads as ``str`` (a member's Args does not repeat the
+    config's value lists), enums deriving from str as ``str``, ``X | None`` as {X, None}."""
+    import enum
+    import typing
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_type_words(a) for a in typing.get_args(hint)))
+    if origin is typing.Literal:
+        return {type(v).__name__ for v in typing.get_args(hint)}
+    if hint is type(None):
+        return {"None"}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum) and issubclass(hint, str):
+        return {"str"}
+    if origin is not None:
+        return {f"{origin.__name__}[{','.join(sorted(w for a in typing.get_args(hint) for w in _type_words(a)))}]"}
+    return {getattr(hint, "__name__", str(hint))}
+
+
+def test_every_members_args_types_its_fields_as_the_config_does():
+    """A member's Args repeats the types of the config fields it reads (mypy checks its reads against them): each must
+    admit exactly what the config field admits, so the two cannot drift apart."""
+    import typing
+
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.families import FAMILIES, registry_for
+    from trl_grpo_ext.families.observers import OBSERVERS
+
+    config = {}
+    for klass in reversed(GRPOExtConfig.__mro__):
+        if dataclasses.is_dataclass(klass):
+            config.update(typing.get_type_hints(klass))
+    registries = [registry_for(switch) for switch in FAMILIES] + [OBSERVERS]
+    members = {registry.get(name) for registry in registries for name in registry.names()}
+    checked = 0
+    for cls in sorted(members, key=lambda c: c.__qualname__):
+        for name, hint in typing.get_type_hints(cls.Args).items():
+            words, expected = _type_words(hint), _type_words(config[name])
+            if any("SaveStrategy" in w for w in expected):  # transformers' save_strategy: its enum or a string
+                expected = {"str"}
+            assert words == expected, f"{cls.__qualname__}.Args.{name}: {sorted(words)}; the config: {sorted(expected)}"
+            checked += 1
+    assert checked > 60

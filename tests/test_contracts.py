@@ -46,25 +46,66 @@ def test_an_init_without_host_is_refused():
                 return logps
 
 
-def test_config_fields_without_the_comma_and_unknown_fields_are_refused():
-    with pytest.raises(MemberContractError, match=r"config_fields = 'temperature' is a str.*\('temperature',\)"):
+def test_a_members_args_must_be_a_frozen_dataclass_of_its_bases_without_defaults_and_real_fields():
+    with pytest.raises(
+        MemberContractError, match=r"Old\.config_fields is no longer read.*class Args\(Extension\.Args\)"
+    ):
 
-        @TOKEN_CLIPS.register("comma_clip")
-        class Comma(Extension):
-            config_fields = "temperature"
+        @TOKEN_CLIPS.register("old_clip")
+        class Old(Extension):
+            config_fields = ("temperature",)
 
             def modify_logps(self, logps, ctx):
                 return logps
 
+    with pytest.raises(MemberContractError, match=r"Plain\.Args is not a frozen dataclass of its own"):
+
+        @TOKEN_CLIPS.register("plain_clip")
+        class Plain(Extension):
+            class Args(Extension.Args):  # no decorator: its annotation is no field
+                temperature: float
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+    with pytest.raises(MemberContractError, match=r"Orphan\.Args does not derive from Extension\.Args"):
+
+        @TOKEN_CLIPS.register("orphan_clip")
+        class Orphan(Extension):
+            @dataclasses.dataclass(frozen=True)
+            class Args:
+                temperature: float
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+    with pytest.raises(MemberContractError, match=r"Default\.Args gives \['temperature'\] a default"):
+
+        @TOKEN_CLIPS.register("default_clip")
+        class Default(Extension):
+            @dataclasses.dataclass(frozen=True)
+            class Args(Extension.Args):
+                temperature: float = 0.5
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+    for name in ("old_clip", "plain_clip", "orphan_clip", "default_clip"):
+        assert name not in TOKEN_CLIPS
+
     @TOKEN_CLIPS.register("typo_clip")
     class Typo(Extension):
-        config_fields = ("temprature",)
+        @dataclasses.dataclass(frozen=True)
+        class Args(Extension.Args):
+            temprature: float
+
+        args: Args
 
         def modify_logps(self, logps, ctx):
             return logps
 
     try:  # a field is checked against the config the member is selected in (a subclass may add its own fields)
-        with pytest.raises(MemberContractError, match=r"declares \['temprature'\], which are not fields of GRPOExt"):
+        with pytest.raises(MemberContractError, match=r"Typo\.Args declares \['temprature'\], which are not fields"):
             GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, token_clip="typo_clip")
 
         @dataclasses.dataclass
@@ -74,14 +115,6 @@ def test_config_fields_without_the_comma_and_unknown_fields_are_refused():
         WithTemprature(output_dir="unused", use_cpu=True, bf16=False, token_clip="typo_clip")
     finally:
         TOKEN_CLIPS.unregister("typo_clip")
-    with pytest.raises(MemberContractError, match=r"declares \[1\], which are not field names"):
-
-        @TOKEN_CLIPS.register("number_clip")
-        class Number(Extension):
-            config_fields = (1,)
-
-            def modify_logps(self, logps, ctx):
-                return logps
 
 
 def test_a_member_implementing_none_of_its_familys_hooks_is_refused():
@@ -109,7 +142,11 @@ class _Host:
 
 
 class _Controller(Extension):
-    config_fields = ("kl_target",)
+    @dataclasses.dataclass(frozen=True)
+    class Args(Extension.Args):
+        kl_target: float
+
+    args: Args
     host_capabilities = ("set_beta",)
 
     def after_loss(self, ctx):
@@ -120,10 +157,28 @@ def test_a_member_cannot_reach_past_its_views():
     member = _Controller(_Host())
     with pytest.raises(AttributeError, match=r"_Controller reads _host of its HostView"):
         member.host._host  # noqa: B018
-    with pytest.raises(AttributeError, match=r"_Controller reads _args of its ConfigView"):
-        member.args._args  # noqa: B018
-    assert member.args.kl_target == 0.1  # the declared field still reads
+    assert member.args == _Controller.Args(use_bias_correction_kl=False, kl_target=0.1)  # its own copy, nothing more
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        member.args.kl_target = 1.0  # type: ignore[misc]
+    with pytest.raises(AttributeError, match=r"_Controller\.Args has no field 'beta'.*add `beta: <its type>`"):
+        member.args.beta  # noqa: B018
+    assert member.host.args is member.args
     assert isinstance(restrict(member.host, _Controller), HostView)  # the trainer's side still unwraps it
+
+
+def test_a_members_args_are_a_copy_the_run_config_cannot_see_edits_of():
+    class Lists(Extension):
+        @dataclasses.dataclass(frozen=True)
+        class Args(Extension.Args):
+            eval_pass_at_k: list[int]
+
+        args: Args
+
+    host = _Host()
+    host.args = type("Args", (), {"eval_pass_at_k": [1, 4], "use_bias_correction_kl": False})()
+    member = Lists(host)
+    member.args.eval_pass_at_k.append(8)
+    assert host.args.eval_pass_at_k == [1, 4]
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "0.1", torch.tensor([0.1, 0.2])])

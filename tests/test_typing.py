@@ -53,8 +53,9 @@ def test_a_member_returning_another_familys_output_is_refused_at_its_register_li
 
 
 def test_a_member_misreading_the_config_is_refused():
-    """``self.args`` is typed as the config (a ConfigView of the declared fields at run time): a misspelt field or a
+    """``self.args`` is the member's own frozen ``Args``: a misspelt field, a config field it does not declare, or a
     field used as the wrong type fails mypy."""
     proc = _mypy(CASES / "bad_member.py")
-    assert '"GRPOExtFields" has no attribute "clip_cov_ration"' in proc.stdout, proc.stdout
-    assert 'Unsupported operand types for + ("float" and "Literal[\'clip_cov\']")' in proc.stdout, proc.stdout
+    assert '"Args" has no attribute "clip_cov_ration"' in proc.stdout, proc.stdout
+    assert '"Args" has no attribute "beta"' in proc.stdout, proc.stdout
+    assert 'Unsupported operand types for + ("float" and "str")' in proc.stdout, proc.stdout

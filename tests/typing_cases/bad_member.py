@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from trl_grpo_ext.families import ADVANTAGE_ESTIMATORS, SAMPLE_FILTERS, Extension, GenerationBatch, LossContext
@@ -29,9 +31,16 @@ class WritesAdvantages(Extension):
 
 
 class MisreadsTheConfig(Extension):
-    config_fields = ("clip_cov_ratio",)
+    @dataclass(frozen=True)
+    class Args(Extension.Args):
+        clip_cov_ratio: float
+        token_clip: str
+
+    args: Args
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         if self.args.clip_cov_ration > 0:  # misspelt: no such field
+            return None
+        if self.args.beta > 0:  # a real config field the member does not declare
             return None
         return ctx.logps.sum() * (self.args.clip_cov_ratio + self.args.token_clip)  # a str added to a number

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -21,7 +22,10 @@ from trl_grpo_ext.families.interfaces import (
 class HalveNegatives(AdvantageWeightingBase):
     """An advantage weighting: negative advantages count half, in the batch and in the loss."""
 
-    config_fields: ClassVar[tuple[str, ...]] = ("beta",)
+    @dataclass(frozen=True)
+    class Args(AdvantageWeightingBase.Args):
+        beta: float
+
     metrics: ClassVar[tuple[str, ...]] = ("halve/negative_frac",)
 
     def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
@@ -48,6 +52,12 @@ class NegativeLogpTokens(TokenClipBase):
 
     def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
         return ctx.policy_mask & (ctx.logps.detach() < 0)
+
+    @dataclass(frozen=True)
+    class Args(TokenClipBase.Args):
+        beta: float
+
+    args: Args
 
     def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
         if self.args.beta == 0.0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..core.advantages import StdKind
+from ..core.pkpo import Estimator
 from .section import ConfigSection, _fail, bounds
 
 
@@ -86,7 +88,7 @@ class AdvantageConfig(ConfigSection):
         default=None,
         metadata={"help": "k of pass@k for advantage_estimator='pass_at_k'; None: min(4, num_generations)."},
     )
-    pkpo_estimator: Literal["loo_minus_one", "s"] = field(
+    pkpo_estimator: Estimator = field(
         default="loo_minus_one",
         metadata={"help": "PKPO weights: 'loo_minus_one' (baselined, lowest variance) or 's' (plain, unbiased)."},
     )
@@ -119,7 +121,7 @@ class AdvantageConfig(ConfigSection):
     entropy_adv_kappa: float = field(
         default=2.0, metadata={"help": "entropy_advantage: the bonus is at most |A| / kappa (kappa >= 1)."}
     )
-    advantage_std: Literal["sample", "population"] = field(
+    advantage_std: StdKind = field(
         default="sample",
         metadata={
             "help": "Std used to normalise rewards within a group: 'sample' (n-1, TRL's default) or 'population' "

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..core.advantages import StdKind
 from .section import ConfigSection, _fail, bounds
 
 
@@ -50,7 +51,7 @@ class PRMConfig(ConfigSection):
     prm_step_separator_token_id: int | None = field(
         default=None, metadata={"help": "Cut steps after this token id instead of splitting the text."}
     )
-    prm_std: Literal["population", "sample"] = field(
+    prm_std: StdKind = field(
         default="population", metadata={"help": "Std used to normalise the step rewards of a group."}
     )
     prm_outcome_coef: float = field(

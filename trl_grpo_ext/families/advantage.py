@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 import torch
 
-from ..core.advantages import group_relative_advantages
-from ..core.pkpo import annealed_k, pass_at_k_weights
+from ..core.advantages import StdKind, group_relative_advantages
+from ..core.pkpo import Estimator, annealed_k, pass_at_k_weights
 from ..names import config_error, pkpo_start_k
 from .base import GenerationBatch
 from .interfaces import ADVANTAGE_ESTIMATORS, AdvantageEstimatorBase, AdvantageUpdate
@@ -20,8 +21,11 @@ class OutcomeAdvantage(AdvantageEstimatorBase):
     With ``advantage_std="sample"`` TRL's own advantages are kept untouched (bit-for-bit parity with GRPOTrainer).
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("advantage_std",)
+    @dataclass(frozen=True)
+    class Args(AdvantageEstimatorBase.Args):  # the config fields it reads
+        advantage_std: StdKind
+
+    args: Args
 
     docs = "outcome_advantages.md"
     gives_group_advantages = True
@@ -46,8 +50,14 @@ class PassAtKAdvantage(AdvantageEstimatorBase):
     Rewards are gathered, so a group spanning processes is weighted whole; evaluation batches keep TRL's advantages.
     Logs ``pkpo/k`` and ``pkpo/adv_abs_mean``."""
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("pkpo_k", "pkpo_anneal_fraction", "pkpo_estimator", "num_generations")
+    @dataclass(frozen=True)
+    class Args(AdvantageEstimatorBase.Args):  # the config fields it reads
+        pkpo_k: int | None
+        pkpo_anneal_fraction: float
+        pkpo_estimator: Estimator
+        num_generations: int | None
+
+    args: Args
 
     metrics = ("pkpo/k", "pkpo/adv_abs_mean")
     example_config = {"pkpo_k": 2}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..core.advantages import scale_positive_advantages, w_reinforce_advantages
@@ -28,8 +30,13 @@ class WReinforce(AdvantageWeightingBase):
     ``w_reinforce/adv_mean`` (mean advantage after weighting).
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("w_reinforce_lambda", "w_reinforce_baseline", "w_reinforce_threshold")
+    @dataclass(frozen=True)
+    class Args(AdvantageWeightingBase.Args):  # the config fields it reads
+        w_reinforce_lambda: float
+        w_reinforce_baseline: str
+        w_reinforce_threshold: float
+
+    args: Args
 
     metrics = ("w_reinforce/positive_frac", "w_reinforce/adv_mean")
     example_config = {"w_reinforce_lambda": 0.1}

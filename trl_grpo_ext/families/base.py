@@ -15,6 +15,8 @@ capability to declare.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -40,9 +42,6 @@ from ..api import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported: tr
 from ..core.collectives import Collectives
 from ..names import FAMILIES, registry_for  # noqa: F401  (re-exported)
 from .contracts import Receiver
-
-if TYPE_CHECKING:  # what a member's ``self.args`` reads, for the type checker (at run time a ConfigView of it)
-    from ..config.fields import GRPOExtFields
 
 
 class Host(Protocol):
@@ -175,56 +174,26 @@ _PROTOCOL = frozenset(
 )
 
 
-def config_fields_of(member: type) -> frozenset[str]:
-    """The config fields a member class reads: its ``config_fields`` and those of its bases."""
-    return frozenset(f for cls in member.__mro__ for f in vars(cls).get("config_fields", ()))
+def args_fields(member: type[Extension]) -> frozenset[str]:
+    """The config fields a member class reads: the fields of its :class:`Extension.Args`."""
+    return frozenset(f.name for f in dataclasses.fields(member.Args))
+
+
+def member_args(config: Any, member: type[Extension]) -> Extension.Args:
+    """``member.Args`` filled from the run's ``config``: the member's own frozen settings (each value a deep copy, so
+    editing a list of it cannot reach the run's config, and nothing of the config is reachable from it)."""
+    return member.Args(**{f.name: copy.deepcopy(getattr(config, f.name)) for f in dataclasses.fields(member.Args)})
 
 
 def _private(view, name: str) -> AttributeError | None:
-    """The error for reading a view's internals from outside (``self.host._host``, ``self.args._args``)."""
+    """The error for reading the host view's internals from outside (``self.host._host``)."""
     if name.startswith("_") and not name.startswith("__"):
         owner = object.__getattribute__(view, "_owner")
         return AttributeError(
             f"{owner} reads {name} of its {type(view).__name__}: a member reaches the run only through the names its "
-            "view allows (trl_grpo_ext.families.base.Host, and the config_fields it declares)."
+            "view allows (trl_grpo_ext.families.base.Host)."
         )
     return None
-
-
-class ConfigView:
-    """The config as one member sees it: the fields its class declares (``config_fields``, with its bases'), read-only.
-    Reading another field is an ``AttributeError`` naming the field and where to declare it, so what a member depends
-    on is written on the member; :func:`config_fields_of` lists it. The config behind it is not reachable."""
-
-    def __init__(self, args, fields, owner: str):
-        object.__setattr__(self, "_args", args)
-        object.__setattr__(self, "_fields", frozenset(fields))
-        object.__setattr__(self, "_owner", owner)
-
-    def __getattribute__(self, name: str):
-        error = _private(self, name)
-        if error is not None:
-            raise error
-        return object.__getattribute__(self, name)
-
-    def __getattr__(self, name: str):  # after __getattribute__ raised (private names) or found nothing
-        if name.startswith("__"):
-            raise AttributeError(name)
-        error = _private(self, name)
-        if error is not None:
-            raise error
-        owner = object.__getattribute__(self, "_owner")
-        if name not in object.__getattribute__(self, "_fields"):
-            raise AttributeError(
-                f"{owner} reads args.{name}, a config field the class does not declare. Fix: add {name!r} to "
-                f"{owner}.config_fields."
-            )
-        return getattr(object.__getattribute__(self, "_args"), name)
-
-    def __setattr__(self, name: str, value) -> None:
-        raise AttributeError(
-            f"{object.__getattribute__(self, '_owner')} sets args.{name}: a member's config is read-only."
-        )
 
 
 class HostView:
@@ -237,7 +206,7 @@ class HostView:
         unknown = set(capabilities) - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"{owner}.host_capabilities: unknown {sorted(unknown)}; choose from {list(CAPABILITIES)}.")
-        object.__setattr__(self, "args", args)  # the member's ConfigView (host.args is the same view)
+        object.__setattr__(self, "args", args)  # the member's Args (the same object as its self.args)
         object.__setattr__(self, "_host", host)
         object.__setattr__(self, "_capabilities", frozenset(capabilities))
         object.__setattr__(self, "_owner", owner)
@@ -284,11 +253,12 @@ class HostView:
 
 def restrict(host: Host, member: type) -> HostView:
     """``host`` as ``member`` (an :class:`Extension` subclass) may use it: a view of the unrestricted host whose
-    ``args`` is the member's :class:`ConfigView`."""
+    ``args`` is the member's own :class:`Extension.Args`, filled from the run's config."""
     if isinstance(host, HostView):
         host = object.__getattribute__(host, "_host")
-    args = ConfigView(host.args, config_fields_of(member), member.__name__)
-    return HostView(host, getattr(member, "host_capabilities", ()), member.__name__, args=args)
+    return HostView(
+        host, getattr(member, "host_capabilities", ()), member.__name__, args=member_args(host.args, member)
+    )
 
 
 class Extension:
@@ -327,9 +297,6 @@ class Extension:
     #: The :data:`CAPABILITIES` of the host the member uses beyond what every member may (its ``self.host`` is a
     #: :class:`HostView` that refuses the others).
     host_capabilities: ClassVar[tuple[str, ...]] = ()
-    #: The config fields the member reads (with its bases'): its ``self.args`` is a read-only :class:`ConfigView`
-    #: of these (the helpers below read ``use_bias_correction_kl``).
-    config_fields: ClassVar[tuple[str, ...]] = ("use_bias_correction_kl",)
 
     #: Advantage estimators: whether :meth:`group_advantages` gives whole groups' advantages from their rewards alone
     #: (what dynamic sampling's new groups need; PRM's need step rewards).
@@ -337,9 +304,27 @@ class Extension:
     #: Sample filters: whether the member puts new groups in place of the groups without signal (dynamic sampling).
     refills_groups: ClassVar[bool] = False
 
-    #: The config as the member sees it: a read-only :class:`ConfigView` of its ``config_fields`` at run time, typed
-    #: as the config for the type checker, so a misspelt or mistyped field read fails mypy (tests/test_typing.py).
-    args: GRPOExtFields
+    @dataclasses.dataclass(frozen=True)
+    class Args:
+        """The member's own settings: the config fields it reads, typed as the config types them, copied from the run's
+        config when the member is built (frozen). A member reading more declares ``class Args(<its base>.Args)`` with
+        the fields it adds (``@dataclass(frozen=True)``, no defaults: the config's are the only ones) and annotates
+        ``args: Args``, so mypy checks every read; a field no config has is refused when the run is configured."""
+
+        use_bias_correction_kl: bool  # read by trl_kl below
+
+        if not TYPE_CHECKING:  # a run-time hint only: mypy must still refuse a misspelt read
+
+            def __getattr__(self, name: str):  # called for names that are not fields
+                if name.startswith("__"):
+                    raise AttributeError(name)
+                raise AttributeError(
+                    f"{type(self).__qualname__} has no field {name!r}: a member reads only the config fields of its "
+                    f"Args. Fix: add `{name}: <its type>` to {type(self).__qualname__} (a frozen dataclass deriving "
+                    "from its base's Args)."
+                )
+
+    args: Args
 
     def __init__(self, host: Host):
         self.host = restrict(host, type(self))
@@ -350,8 +335,9 @@ class Extension:
         """Refuse a configuration this member cannot run with: ``args`` is the whole config, ``members`` the selected
         member class of every family (switch -> class). Raise ``trl_grpo_ext.names.config_error(field, value,
         problem, fix)``. Rules about another family read its member's class and traits (:attr:`refills_groups`,
-        :attr:`gives_group_advantages`, ``host_capabilities``, ``config_fields``), never its switch's value, so they
-        hold for registered variants too. Called by ``GRPOExtConfig.validate`` (construction, the trainer, ``train``).
+        :attr:`gives_group_advantages`, ``host_capabilities``, the fields of its ``Args``), never its switch's value,
+        so they hold for registered variants too. Called by ``GRPOExtConfig.validate`` (construction, the trainer,
+        ``train``).
         """
 
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -47,8 +48,13 @@ class DynamicSampling(PolicyFilter):
     extra generation and scoring on this process), and the filter's ``filter/*`` metrics.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("dynamic_sampling_max_rounds", "dynamic_sampling_fill", "temperature")
+    @dataclass(frozen=True)
+    class Args(PolicyFilter.Args):  # the config fields it reads
+        dynamic_sampling_max_rounds: int
+        dynamic_sampling_fill: str
+        temperature: float
+
+    args: Args
 
     metrics: ClassVar[tuple[str, ...]] = (
         "dynamic/rounds",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..core.advantages import entropy_shaped_advantages
@@ -26,8 +28,12 @@ class EntropyAdvantage(AdvantageWeightingBase):
     capped).
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("entropy_adv_alpha", "entropy_adv_kappa")
+    @dataclass(frozen=True)
+    class Args(AdvantageWeightingBase.Args):  # the config fields it reads
+        entropy_adv_alpha: float
+        entropy_adv_kappa: float
+
+    args: Args
 
     metrics = ("entropy_adv/bonus_mean", "entropy_adv/capped_frac")
     docs = "entropy_advantage.md"

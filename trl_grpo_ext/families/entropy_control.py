@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import cast
 
 import torch
@@ -81,24 +82,25 @@ class AEPO(EntropyControlBase):
     scoring) and, in term mode, ``aepo/loss``.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = (
-        "aepo_target_entropy",
-        "aepo_temperature_high",
-        "aepo_temperature_low",
-        "aepo_coef",
-        "aepo_max_samples",
-        "aepo_adv_threshold",
-        "aepo_mode",
-        "aepo_regenerate_fraction",
-        "generation_batch_size",
-        "num_generations",
-        "steps_per_generation",
-        "use_vllm",
-        "vllm_mode",
-        "vllm_enable_sleep_mode",
-        "generation_kwargs",
-    )
+    @dataclass(frozen=True)
+    class Args(EntropyControlBase.Args):  # the config fields it reads
+        aepo_target_entropy: float
+        aepo_temperature_high: float
+        aepo_temperature_low: float
+        aepo_coef: float
+        aepo_max_samples: int
+        aepo_adv_threshold: float
+        aepo_mode: str
+        aepo_regenerate_fraction: float
+        generation_batch_size: int | None
+        num_generations: int | None
+        steps_per_generation: int | None
+        use_vllm: bool
+        vllm_mode: str
+        vllm_enable_sleep_mode: bool
+        generation_kwargs: dict | str | None
+
+    args: Args
 
     metrics = (
         "aepo/temperature",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -82,8 +83,15 @@ class AdaptiveKL(_BetaControl):
     step. Logs ``kl/beta`` (beta used in the step), ``kl/value``, ``kl/target``.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("beta", "kl_target", "kl_horizon", "kl_beta_min", "kl_beta_max")
+    @dataclass(frozen=True)
+    class Args(_BetaControl.Args):  # the config fields it reads
+        beta: float
+        kl_target: float
+        kl_horizon: float
+        kl_beta_min: float
+        kl_beta_max: float
+
+    args: Args
 
     metrics = ("kl/beta", "kl/value", "kl/target")
     example_config = {"beta": 0.04, "kl_target": 0.01, "kl_horizon": 100}
@@ -123,8 +131,16 @@ class DiversityKL(_BetaControl):
     ``kl/diversity_target``.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("beta", "kl_diversity_target", "kl_diversity_n", "kl_horizon", "kl_beta_min", "kl_beta_max")
+    @dataclass(frozen=True)
+    class Args(_BetaControl.Args):  # the config fields it reads
+        beta: float
+        kl_diversity_target: float
+        kl_diversity_n: int
+        kl_horizon: float
+        kl_beta_min: float
+        kl_beta_max: float
+
+    args: Args
 
     metrics = ("kl/beta", "kl/diversity", "kl/diversity_target")
     example_config = {"beta": 0.04, "kl_horizon": 100}

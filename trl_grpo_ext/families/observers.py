@@ -7,6 +7,7 @@ config fields instead of one switch: ``enabled(args)`` says whether a run builds
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,39 +30,40 @@ class CollapseObserver(ObserverBase):
     """Feeds :class:`~trl_grpo_ext.callbacks.CollapseMonitor` (``diversity_metrics``, ``collapse_*``) from the hooks:
     every generation batch's completion ids (all processes) and every training loss pass's entropies."""
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = (
-        "diversity_metrics",
-        "diversity_ngram_sizes",
-        "diversity_repetition_n",
-        "diversity_low_entropy_threshold",
-        "diversity_every",
-        "collapse_entropy_min",
-        "collapse_distinct2_drop",
-        "collapse_repetition_max",
-        "collapse_entropy_max",
-        "collapse_entropy_rise",
-        "collapse_detector",
-        "collapse_detector_window",
-        "collapse_detector_warmup",
-        "collapse_onset_fraction",
-        "collapse_length_rise",
-        "collapse_prompt_info_drop",
-        "collapse_repetition_rise",
-        "collapse_length_info_gate",
-        "collapse_audit_rewards",
-        "collapse_audit_threshold",
-        "collapse_audit_rise",
-        "collapse_validation_metric",
-        "collapse_validation_drop",
-        "collapse_validation_z",
-        "collapse_shape_acts",
-        "collapse_rollback_then",
-        "collapse_action",
-        "log_completions",
-        "save_strategy",
-        "save_total_limit",
-    )
+    @dataclass(frozen=True)
+    class Args(ObserverBase.Args):  # the config fields it reads
+        diversity_metrics: list[str]
+        diversity_ngram_sizes: list[int]
+        diversity_repetition_n: int
+        diversity_low_entropy_threshold: float
+        diversity_every: int
+        collapse_entropy_min: float | None
+        collapse_distinct2_drop: float | None
+        collapse_repetition_max: float | None
+        collapse_entropy_max: float | None
+        collapse_entropy_rise: float | None
+        collapse_detector: str
+        collapse_detector_window: int
+        collapse_detector_warmup: int
+        collapse_onset_fraction: float
+        collapse_length_rise: float | None
+        collapse_prompt_info_drop: float | None
+        collapse_repetition_rise: float | None
+        collapse_length_info_gate: float | None
+        collapse_audit_rewards: list[str]
+        collapse_audit_threshold: float
+        collapse_audit_rise: float | None
+        collapse_validation_metric: str | None
+        collapse_validation_drop: float
+        collapse_validation_z: float
+        collapse_shape_acts: bool
+        collapse_rollback_then: str
+        collapse_action: str
+        log_completions: bool
+        save_strategy: str
+        save_total_limit: int | None
+
+    args: Args
 
     docs = "monitoring.md"
     host_capabilities = ("callbacks", "checkpoints")
@@ -125,8 +127,13 @@ class PassAtK(ObserverBase):
     """``eval_pass_at_k``: unbiased pass@k (Chen et al. 2021) from each evaluation batch's sampled completions, and
     with ``eval_pass_greedy`` the accuracy of one greedy decode per prompt (``pass@k/greedy``)."""
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("eval_pass_at_k", "eval_pass_threshold", "eval_pass_greedy")
+    @dataclass(frozen=True)
+    class Args(ObserverBase.Args):  # the config fields it reads
+        eval_pass_at_k: list[int]
+        eval_pass_threshold: float
+        eval_pass_greedy: bool
+
+    args: Args
 
     docs = "monitoring.md"
     host_capabilities = ("evaluation",)

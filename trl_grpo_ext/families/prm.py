@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 
-from ..core.advantages import group_relative_advantages
+from ..core.advantages import StdKind, group_relative_advantages
 from ..core.prm import prm_step_advantages
 from ..prm.segmentation import segment_completion
 from ..prm.sources import CausalLMPRM, TokenClassificationPRM, call_step_function, source_name, sum_step_rewards
@@ -28,20 +29,21 @@ class PRMAdvantage(AdvantageEstimatorBase):
     ``c * A_outcome`` (TRL's group-normalised outcome advantage) to every token.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = (
-        "advantage_std",
-        "prm_model_name_or_path",
-        "prm_model_type",
-        "prm_batch_size",
-        "prm_step_separator",
-        "prm_step_separator_token_id",
-        "prm_causal_step_tag",
-        "prm_causal_good_token",
-        "prm_causal_bad_token",
-        "prm_outcome_coef",
-        "prm_std",
-    )
+    @dataclass(frozen=True)
+    class Args(AdvantageEstimatorBase.Args):  # the config fields it reads
+        advantage_std: StdKind
+        prm_model_name_or_path: str | None
+        prm_model_type: str
+        prm_batch_size: int
+        prm_step_separator: str
+        prm_step_separator_token_id: int | None
+        prm_causal_step_tag: str
+        prm_causal_good_token: str
+        prm_causal_bad_token: str
+        prm_outcome_coef: float
+        prm_std: StdKind
+
+    args: Args
 
     metrics = (
         "prm/steps_mean",

@@ -15,6 +15,7 @@ alike); the copy happens in a callback after the optimizer stepped, where no for
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from transformers import TrainerCallback
@@ -53,7 +54,14 @@ class ReferenceReset(ReferenceUpdateBase):
     their rule says (adaptive KL lowers it toward its target; docs/adaptive_kl.md).
     """
 
-    config_fields = ("beta", "ref_reset_steps", "ref_reset_kl_term", "ref_reset_optimizer")
+    @dataclass(frozen=True)
+    class Args(ReferenceUpdateBase.Args):  # the config fields it reads
+        beta: float
+        ref_reset_steps: int | None
+        ref_reset_kl_term: float | None
+        ref_reset_optimizer: bool
+
+    args: Args
     metrics = ("ref_reset/kl_term", "ref_reset/count")
     example_config = {"beta": 0.04, "ref_reset_steps": 1}
     docs = "adaptive_kl.md"

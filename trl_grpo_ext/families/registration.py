@@ -4,9 +4,9 @@ output side is :mod:`~trl_grpo_ext.families.contracts`, where the trainer receiv
 - :func:`check_member_class` (every family registry's ``check``, wired by ``trl_grpo_ext.families``): the class is
   an :class:`~trl_grpo_ext.families.base.Extension` subclass built from the host alone, it implements a hook its
   family needs itself (a family base's no-op does not count) with the parameters the trainer passes, no public
-  method of it is a misspelt hook, its ``config_fields`` are ``GRPOExtConfig`` fields and its ``host_capabilities``
-  known ones. A user's variant that breaks one fails at its ``@REGISTRY.register(...)`` line with the class, the rule
-  and the fix, instead of at the first step (or never, as a silent no-op).
+  method of it is a misspelt hook, its ``Args`` is a frozen dataclass of its base's ``Args`` and its
+  ``host_capabilities`` known ones. A user's variant that breaks one fails at its ``@REGISTRY.register(...)`` line
+  with the class, the rule and the fix, instead of at the first step (or never, as a silent no-op).
 - :func:`check_selection` (``GRPOExtConfig.validate``): the rules of the selected members, by capability and
   declared field, then each member's own ``check_combination``.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..api import FAMILY_INTERFACES, HOOKS
 from ..names import config_error
-from .base import CAPABILITIES, Extension, config_fields_of
+from .base import CAPABILITIES, Extension, args_fields
 from .contracts import MemberContractError
 
 
@@ -46,24 +46,34 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
         raise MemberContractError(
             f"{where}: {cls}({', '.join(inspect.signature(obj).parameters)}) cannot be built from the host alone: the "
             f"trainer builds every member as {cls}(host). Fix: def __init__(self, host): super().__init__(host) (read "
-            "settings from self.args, declared in config_fields)."
+            "settings from self.args, declared in its Args)."
         ) from None
-    for klass in obj.__mro__:  # the class's own config_fields and its bases' (a base need not be registered)
-        fields = vars(klass).get("config_fields", ())
-        owner = klass.__name__
-        if isinstance(fields, str) or not isinstance(fields, (tuple, list, frozenset, set)):
+    if "config_fields" in vars(obj):
+        raise MemberContractError(
+            f"{where}: {cls}.config_fields is no longer read: a member declares the config fields it reads as its "
+            f"own frozen dataclass. Fix: write @dataclass(frozen=True) class Args({obj.__mro__[1].__name__}.Args): "
+            "with one typed line per field, and annotate args: Args (see docs/index.md, 'Adding a variant')."
+        )
+    settings = obj.Args
+    for klass in obj.__mro__[1:]:  # its Args derives from each base's: a base's helpers read their fields
+        base_args = vars(klass).get("Args")
+        if base_args is not None and not (isinstance(settings, type) and issubclass(settings, base_args)):
             raise MemberContractError(
-                f"{where}: {owner}.config_fields = {fields!r} is a {type(fields).__name__}, not a tuple of field "
-                f"names (a one-name tuple needs its comma). Fix: config_fields = ({fields!r},)"
-                if isinstance(fields, str)
-                else f"{where}: {owner}.config_fields = {fields!r} must be a tuple of GRPOExtConfig field names."
+                f"{where}: {cls}.Args does not derive from {klass.__name__}.Args, whose fields {klass.__name__}'s "
+                f"helpers read. Fix: class Args({klass.__name__}.Args)."
             )
-        odd = [f for f in fields if not isinstance(f, str)]
-        if odd:
-            raise MemberContractError(
-                f"{where}: {owner}.config_fields declares {odd}, which are not field names. Fix: list the fields the "
-                "member reads by their names, as strings."
-            )
+    params = getattr(settings, "__dataclass_params__", None)
+    if params is None or "__dataclass_fields__" not in vars(settings) or not params.frozen:
+        raise MemberContractError(
+            f"{where}: {cls}.Args is not a frozen dataclass of its own: a member's settings are read-only. Fix: put "
+            "@dataclass(frozen=True) on it."
+        )
+    defaulted = [f.name for f in dataclasses.fields(settings) if f.default is not dataclasses.MISSING]
+    if defaulted:
+        raise MemberContractError(
+            f"{where}: {cls}.Args gives {defaulted} a default: the config's default is the only one (a member's "
+            f"Args copies the run's values). Fix: declare them without a default."
+        )
     capabilities = getattr(obj, "host_capabilities", ())
     if isinstance(capabilities, str) or set(capabilities) - set(CAPABILITIES):
         raise MemberContractError(
@@ -149,10 +159,10 @@ def check_selection(args, members: dict[str, Any]) -> None:
     selected = [cls for cls in members.values() if not getattr(cls, "is_off", False)]
     known = {f.name for f in dataclasses.fields(args)}
     for switch, member in members.items():
-        unknown = sorted(f for f in config_fields_of(member) if f not in known)
+        unknown = sorted(f for f in args_fields(member) if f not in known)
         if unknown:
             raise MemberContractError(
-                f"{switch}={getattr(args, switch)!r}: {member.__name__}.config_fields declares {unknown}, which are "
+                f"{switch}={getattr(args, switch)!r}: {member.__name__}.Args declares {unknown}, which are "
                 f"not fields of {type(args).__name__}. Fix: list the fields the member reads by their exact names (a "
                 "field of your own: subclass GRPOExtConfig with it and pass that config as args)."
             )
@@ -164,7 +174,7 @@ def check_selection(args, members: dict[str, Any]) -> None:
             f"{args.advantage_estimator!r})",
             "set advantage_estimator='prm' or drop prm_model_name_or_path",
         )
-    if args.advantage_std != "sample" and not any("advantage_std" in config_fields_of(m) for m in selected):
+    if args.advantage_std != "sample" and not any("advantage_std" in args_fields(m) for m in selected):
         estimator = members["advantage_estimator"].__name__
         raise config_error(
             "advantage_std",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -27,8 +28,13 @@ class PolicyFilter(SampleFilterBase):
     and the KL term gets the missing ``(scale - 1) * beta * KL``, so the result equals the loss over the kept rows.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields = ("sample_filter", "pf_rescale", "pf_filter_eval")
+    @dataclass(frozen=True)
+    class Args(SampleFilterBase.Args):  # the config fields it reads
+        sample_filter: str
+        pf_rescale: bool
+        pf_filter_eval: bool
+
+    args: Args
 
     metrics: ClassVar[tuple[str, ...]] = (
         "filter/kept_frac",

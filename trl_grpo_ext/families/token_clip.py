@@ -9,7 +9,7 @@ TRL multiplies into its policy loss (``LossContext.policy_weight``).
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+from dataclasses import dataclass
 
 import torch
 
@@ -39,8 +39,11 @@ def require_token_level(args, problem: str, fix: str = "set importance_sampling_
 
 
 class _CovarianceClip(TokenClipBase):
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields: ClassVar[tuple[str, ...]] = ("token_clip_scope",)
+    @dataclass(frozen=True)
+    class Args(TokenClipBase.Args):  # the config fields it reads
+        token_clip_scope: str
+
+    args: Args
 
     @classmethod
     def check_combination(cls, args, members) -> None:
@@ -80,8 +83,13 @@ class ClipCov(_CovarianceClip):
     the selected tokens (value 0), so only their policy gradient goes, as in the paper and verl.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields: ClassVar[tuple[str, ...]] = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")
+    @dataclass(frozen=True)
+    class Args(_CovarianceClip.Args):  # the config fields it reads
+        clip_cov_ratio: float
+        clip_cov_lb: float
+        clip_cov_ub: float
+
+    args: Args
 
     prefix = "clip_cov"
     metrics = ("clip_cov/selected_frac", "clip_cov/selected_tokens", "clip_cov/cov_mean", "clip_cov/ppo_clipped_frac")
@@ -147,8 +155,13 @@ class KLCov(_CovarianceClip):
     Unless ``kl_cov_ppo_clip``, TRL's ratio clip is switched off (epsilon -> inf), as in the paper and verl.
     """
 
-    #: The config fields it reads (its ``self.args`` holds these only).
-    config_fields: ClassVar[tuple[str, ...]] = ("kl_cov_ratio", "kl_cov_coef", "kl_cov_ppo_clip")
+    @dataclass(frozen=True)
+    class Args(_CovarianceClip.Args):  # the config fields it reads
+        kl_cov_ratio: float
+        kl_cov_coef: float
+        kl_cov_ppo_clip: bool
+
+    args: Args
 
     prefix = "kl_cov"
     metrics = ("kl_cov/selected_frac", "kl_cov/selected_tokens", "kl_cov/cov_mean", "kl_cov/penalty_mean")
@@ -237,12 +250,14 @@ class DPPO(TokenClipBase):
     policy at generation time).
     """
 
-    config_fields: ClassVar[tuple[str, ...]] = (
-        "dppo_divergence",
-        "dppo_delta_low",
-        "dppo_delta_high",
-        "dppo_log_ratio_coef",
-    )
+    @dataclass(frozen=True)
+    class Args(TokenClipBase.Args):  # the config fields it reads
+        dppo_divergence: str
+        dppo_delta_low: float
+        dppo_delta_high: float
+        dppo_log_ratio_coef: float
+
+    args: Args
     metrics = ("dppo/masked_frac", "dppo/masked_high_frac", "dppo/masked_low_frac", "dppo/prob_shift_mean")
     optional_metrics = ("dppo/log_ratio_sq_mean",)  # with dppo_log_ratio_coef > 0
     example_config = {"dppo_divergence": "tv", "dppo_delta_low": 0.2, "dppo_delta_high": 0.2, "num_iterations": 2}
