@@ -1,15 +1,18 @@
 """Run under ``torchrun --nproc_per_node 2`` (gloo, CPU) by tests/test_hack_detector.py: the hack detector, an audit
 (weight 0) and a rollback on two processes, GRPOExtTrainer and a plain trl.GRPOTrainer; writes every rank's view as
-JSON."""
+JSON. ``hack_worker.py OUT fsdp2`` (or ``zero3``): the rollback that trains on (``collapse_rollback_then: screen``) with
+the parameters sharded across the two processes (tests/engines.py), GRPOExtTrainer only."""
 
 import json
 import os
 import sys
 
+import engines
 import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_lab import testkit
@@ -61,8 +64,87 @@ def view(trainer, monitor) -> dict:
     }
 
 
+def full_checksum(model) -> float:
+    """Sum of every parameter, whole: FSDP2's shards joined, ZeRO-3's partitions gathered (collectives: every process
+    calls it at the same point)."""
+    from torch.distributed.tensor import DTensor
+
+    params = list(model.parameters())
+    if any(hasattr(p, "ds_tensor") for p in params):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params):
+            return float(sum(p.detach().double().sum() for p in params))
+    return float(sum((p.full_tensor() if isinstance(p, DTensor) else p).detach().double().sum() for p in params))
+
+
+class Checksums(TrainerCallback):
+    """The whole weights' checksum when each checkpoint is saved, and at each step's end (added after the monitor, so
+    at the alarm step it sees the weights the rollback restored)."""
+
+    def __init__(self, trainer):
+        self.trainer, self.saved, self.step_end = trainer, {}, {}
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saved[state.global_step] = full_checksum(self.trainer.model)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.step_end[state.global_step] = full_checksum(self.trainer.model)
+
+
+def sharded(out_dir: str, engine: str) -> None:
+    """The continuing rollback with sharded parameters: restore the onset's checkpoint, screen the audit's flagged
+    completions, train on to max_steps."""
+    import torch.distributed as dist
+
+    fields = engines.enable(engine, out_dir)
+    path = os.path.join(out_dir, "model")
+    if int(os.environ.get("RANK", "0")) == 0:
+        testkit.save_tiny_model(path)
+    args = GRPOExtConfig(
+        **{**COMMON, **fields}, output_dir=os.path.join(out_dir, engine), ddp_timeout=60,
+        diversity_metrics=["repetition", "prompt_info"], collapse_detector="drift", collapse_action="rollback",
+        collapse_rollback_then="screen", collapse_shape_acts=True, reward_weights=[1.0, 0.0],
+        collapse_audit_rewards=["sevens_audit"],
+    )  # fmt: skip
+    if dist.is_initialized():  # rank 0 has saved the model
+        dist.barrier()
+    trainer = GRPOExtTrainer(
+        model=path, reward_funcs=[fixed_text_reward, sevens_audit], args=args,
+        processing_class=testkit.build_char_tokenizer(), train_dataset=testkit.arithmetic_dataset(256, seed=0),
+    )  # fmt: skip
+    sums = Checksums(trainer)
+    trainer.add_callback(sums)
+    trainer.train()
+    monitor, record = trainer.collapse_monitor, trainer.collapse_monitor.rollback
+    answered = monitor.continued_from
+    view = {
+        "engine": trainer.accelerator.distributed_type.name,
+        "sharded": engines.is_sharded(trainer),
+        "record": None if record is None else [record["alarm_step"], record["checkpoint_step"], record["then"]],
+        "answered": None if answered is None else [answered.step, answered.onset, answered.source],
+        "global_step": trainer.state.global_step,
+        "saved": sums.saved,
+        "step_end": sums.step_end,
+        "screened_after": [
+            h.get("audit/screened", 0.0)
+            for h in trainer.state.log_history
+            if "loss" in h and answered is not None and h["step"] > answered.step
+        ],
+    }
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, view)
+    if dist.get_rank() == 0:
+        with open(os.path.join(out_dir, f"{engine}.json"), "w") as f:
+            json.dump(gathered, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main():
     out_dir = sys.argv[1]
+    if len(sys.argv) > 2:
+        return sharded(out_dir, sys.argv[2])
     accelerator = Accelerator(cpu=True)
     path = os.path.join(out_dir, "model")
     if accelerator.is_main_process:

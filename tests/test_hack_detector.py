@@ -526,6 +526,43 @@ def test_two_processes_alarm_and_roll_back_alike(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["fsdp2", "zero3"])
+def test_a_rollback_that_continues_with_sharded_parameters(engine, tmp_path, request):
+    """collapse_rollback_then='screen' under FSDP2 and DeepSpeed ZeRO-3 with the parameters split across 2 gloo
+    processes (tests/engines.py): both ranks alarm alike, the whole weights right after the restore equal the restored
+    checkpoint's when it was saved (checksums of the gathered parameters), and the run trains on to max_steps with
+    the audit's flagged completions screened."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import free_port
+
+    if engine == "zero3":
+        request.getfixturevalue("deepspeed_ops")
+    worker = Path(__file__).with_name("hack_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(worker), str(tmp_path), engine]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = json.loads((tmp_path / f"{engine}.json").read_text())
+    assert ranks[0] == ranks[1], ranks
+    view = ranks[0]
+    assert view["sharded"], view  # the parameters really were split
+    alarm_step, checkpoint_step, then = view["record"]
+    assert then == "screen" and view["answered"][0] == alarm_step and checkpoint_step <= view["answered"][1]
+    assert checkpoint_step < alarm_step  # something was rolled back
+    assert view["step_end"][str(alarm_step)] == view["saved"][str(checkpoint_step)]  # restored, bit for bit
+    assert (
+        view["step_end"][str(alarm_step - 1)] != view["saved"][str(checkpoint_step)]
+        or alarm_step - 1 == checkpoint_step
+    )
+    assert view["global_step"] == 16 and view["screened_after"] and max(view["screened_after"]) > 0
+
+
+@pytest.mark.slow
 def test_plain_trl_monitor_state_survives_a_resume(make_trainer, tmp_path):
     """A plain trl.GRPOTrainer's monitor writes its state into each checkpoint and reads it back on resume: the
     detector keeps the measurements of the steps before the checkpoint."""
