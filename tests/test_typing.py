@@ -59,3 +59,11 @@ def test_a_member_misreading_the_config_is_refused():
     assert '"Args" has no attribute "clip_cov_ration"' in proc.stdout, proc.stdout
     assert '"Args" has no attribute "beta"' in proc.stdout, proc.stdout
     assert 'Unsupported operand types for + ("float" and "str")' in proc.stdout, proc.stdout
+
+
+def test_a_member_misusing_the_host_is_refused():
+    """``self.host`` is typed as the Host protocol (a HostView at run time): a misspelt member or a wrongly typed
+    assignment fails mypy instead of reading ``Any`` through the view."""
+    proc = _mypy(CASES / "bad_member.py")
+    assert '"Host" has no attribute "global_steps"' in proc.stdout, proc.stdout
+    assert 'Incompatible types in assignment (expression has type "str", variable has type "float")' in proc.stdout

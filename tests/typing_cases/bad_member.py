@@ -44,3 +44,9 @@ class MisreadsTheConfig(Extension):
         if self.args.beta > 0:  # a real config field the member does not declare
             return None
         return ctx.logps.sum() * (self.args.clip_cov_ratio + self.args.token_clip)  # a str added to a number
+
+
+class MisusesTheHost(Extension):
+    def after_loss(self, ctx: LossContext) -> None:
+        self.host.log("train", "x/steps", self.host.global_steps)  # misspelt: the Host protocol has global_step
+        self.host.beta = "0.1"  # a string where beta is a float

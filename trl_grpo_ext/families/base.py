@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import torch
 
@@ -39,6 +39,7 @@ from ..api import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported: tr
     LossContext,
     Splice,
 )
+from ..core.advantages import ScaleKind
 from ..core.collectives import Collectives
 from ..names import FAMILIES, registry_for  # noqa: F401  (re-exported)
 from .contracts import Receiver
@@ -79,7 +80,7 @@ class Host(Protocol):
     @property
     def tokenizer(self) -> Any: ...
     @property
-    def scale_rewards(self) -> str: ...
+    def scale_rewards(self) -> ScaleKind: ...
     @property
     def top_entropy_quantile(self) -> float: ...
     @property
@@ -325,10 +326,14 @@ class Extension:
                 )
 
     args: Args
+    #: The run as the member may use it, typed as the :class:`Host` protocol so mypy checks every use (at run time a
+    #: :class:`HostView` refusing the capabilities the class did not declare).
+    host: Host
 
     def __init__(self, host: Host):
-        self.host = restrict(host, type(self))
-        self.args = self.host.args
+        view = restrict(host, type(self))
+        self.host = cast(Host, view)
+        self.args = view.args
 
     @classmethod
     def check_combination(cls, args, members: dict[str, type]) -> None:
