@@ -149,9 +149,10 @@ def test_regenerated_rows_are_whole_groups(make_trainer, caplog):
     assert aepo.regenerated_rows(64, 8) == 16  # a quarter of 8 groups
     assert aepo.regenerated_rows(8, 8) == 8  # at least one group
     assert aepo.regenerated_rows(24, 4) == 4  # floor(0.25 x 6) = 1 group, as the reference's len // 4
-    trainer.args.aepo_regenerate_fraction = 1.0  # the member reads the config live, through its read-only view
-    assert aepo.regenerated_rows(16, 4) == 16
-    trainer.args.aepo_regenerate_fraction = 0.25
+    trainer.args.aepo_regenerate_fraction = 1.0  # the member holds its own copy: a later edit does not reach it ...
+    assert aepo.regenerated_rows(16, 4) == 4
+    every = make_trainer(entropy_control="aepo", aepo_regenerate_fraction=1.0).extensions["entropy_control"]
+    assert every.regenerated_rows(16, 4) == 16  # ... a config built with it does
     with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
         assert aepo.regenerated_rows(6, 4) == 6  # this process's rows split a group: all of them
     assert "split a group" in caplog.text

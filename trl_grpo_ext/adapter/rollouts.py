@@ -97,6 +97,10 @@ class RolloutService:
         """Concatenate a tensor of every process along dim 0."""
         return self._trainer.accelerator.gather(tensor)
 
+    def tensors(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """``rollout`` padded as TRL pads its batch (:func:`rollout_tensors`)."""
+        return rollout_tensors(rollout, self)
+
     # ------------------------------------------------------------------ generation and scoring
     def regenerate(self, prompts: list, *, temperature: float) -> Rollout:
         """Generate the prompts again through TRL's ``_generate`` at another sampling temperature (transformers or

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import torch
 
-from ..adapter.rollouts import Rollout, Splice
+from ..api import Rollout, Splice
 from ..core.sample_filter import pf_keep_mask
 from ..names import config_error
 from .base import GenerationBatch

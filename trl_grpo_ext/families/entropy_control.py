@@ -10,7 +10,7 @@ from typing import cast
 
 import torch
 
-from ..adapter.rollouts import Rollout, Splice, rollout_tensors
+from ..api import Rollout, Splice
 from ..core.aepo import (
     aepo_below_target,
     aepo_candidates,
@@ -234,7 +234,7 @@ class AEPO(EntropyControlBase):
     @torch.no_grad()
     def _build_chunks(self, rollout: Rollout, rows: list[int]) -> list[dict[str, torch.Tensor]]:
         """Term mode: the kept samples in ``steps_per_generation`` micro-chunks of one fixed size, padded as TRL pads
-        its batch (:func:`~trl_grpo_ext.adapter.rollouts.rollout_tensors`), with old log-probs and, under vLLM's
+        its batch (``host.rollouts.tensors``), with old log-probs and, under vLLM's
         correction, TRL's IS ratio.
 
         Every process builds ``steps_per_generation`` chunks whatever it kept: a chunk with no sample of this process
@@ -247,7 +247,7 @@ class AEPO(EntropyControlBase):
         chunks = []
         for k in range(spg):
             part = rows[k * size : (k + 1) * size]
-            chunk = rollout_tensors(rollout.select(part or [0]), rollouts)
+            chunk = rollouts.tensors(rollout.select(part or [0]))
             tool = chunk.pop("tool_mask", None)
             sampling = chunk.pop("sampling_logps", None)
             chunk["loss_mask"] = chunk["completion_mask"] if tool is None else chunk["completion_mask"] * tool
