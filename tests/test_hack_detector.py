@@ -849,11 +849,19 @@ def test_a_misnamed_or_trained_on_audit_is_refused(make_trainer):
 
 
 @pytest.mark.slow
-def test_screen_zeroes_the_advantages_of_flagged_completions_after_the_alarm(make_trainer):
+@pytest.mark.parametrize("regroup", [True, False])
+def test_screen_drops_flagged_completions_from_their_group_after_the_alarm(make_trainer, monkeypatch, regroup):
     """collapse_action='screen': from the alarm on, every training batch's rows the audit flags train with advantage 0
-    (and show 0 in TRL's table); the others keep theirs; training goes on."""
+    (and show 0 in TRL's table), and the others' advantages are their group's over its unflagged rewards (TRL's
+    formula with the flagged rewards left out), so an honest row is not measured against the hacked rewards; where
+    the estimator gives no group advantages from rewards (PRM; here the GRPO estimator made to say so), the flagged
+    rows are only zeroed. Training goes on."""
+    from trl_grpo_ext.core.advantages import group_relative_advantages
+
     trainer = make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], collapse_action="screen",
                            **{**AUDITED, "collapse_audit_rise": 0.05})  # fmt: skip
+    if not regroup:
+        monkeypatch.setattr(type(trainer.extensions["advantage_estimator"]), "gives_group_advantages", False)
     seen = []
     original = trainer._screen
 
@@ -862,23 +870,32 @@ def test_screen_zeroes_the_advantages_of_flagged_completions_after_the_alarm(mak
         original(batch)
         monitor = trainer.collapse_monitor
         if monitor.screening and batch.mode == "train":
-            seen.append((before, batch.output["advantages"].clone(), monitor.last_flags.clone()))
+            seen.append((before, batch.output["advantages"].clone(), monitor.last_flags.clone(), batch.rewards.clone()))
 
     trainer._screen = watched
     trainer.train()
     event = trainer.collapse_monitor.event
     assert event is not None and trainer.state.global_step == HACK["max_steps"]  # screening does not stop training
     assert seen, "no batch was screened after the alarm"
-    flagged_any = False
-    for before, after, flags in seen:
+    flagged_any = changed = False
+    for before, after, flags, rewards in seen:
         assert torch.equal(after[flags], torch.zeros_like(after[flags]))
-        assert torch.equal(after[~flags], before[~flags])
+        if regroup and flags.any():
+            screened = rewards.masked_fill(flags, float("nan"))
+            expected = group_relative_advantages(screened, trainer.num_generations).masked_fill(flags, 0.0)
+            torch.testing.assert_close(after, expected.to(after.dtype))
+            changed |= not torch.allclose(after[~flags], before[~flags])
+        else:
+            assert torch.equal(after[~flags], before[~flags])
         flagged_any |= bool(flags.any())
     assert flagged_any
+    assert changed or not regroup  # leaving the hacked rewards out moved some honest row's advantage
     screened = [h["audit/screened"] for h in last_logs(trainer) if "audit/screened" in h]
     assert screened and all(h["step"] > event.step for h in last_logs(trainer) if "audit/screened" in h)
     table = torch.tensor(list(trainer._logs["advantages"]))
-    assert torch.equal(table[seen[-1][2]], torch.zeros(int(seen[-1][2].sum())))
+    last_after, last_flags = seen[-1][1], seen[-1][2]
+    assert torch.equal(table[last_flags], torch.zeros(int(last_flags.sum())))
+    torch.testing.assert_close(table[-last_after.numel() :], last_after.float())
 
 
 @pytest.mark.slow

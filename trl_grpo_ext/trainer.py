@@ -448,18 +448,38 @@ class GRPOExtTrainer(TRLHooks):
 
     def _screen(self, batch: GenerationBatch) -> None:
         """``collapse_action="screen"`` after its alarm: the rows of this training batch an audit flags (the collapse
-        monitor's ``last_flags``: favoured by the training reward, failed by an audit) train with advantage 0 (every
-        token of a token-level advantage). Rows a splice replaces next are new samples, not screened. Logs
-        ``audit/screened`` (rows of all processes)."""
+        monitor's ``last_flags``: favoured by the training reward, failed by an audit) leave their group. They train
+        with advantage 0, and the others' advantages are computed again by the advantage estimator from the group's
+        unflagged rewards (a flagged reward as an unscorable one, NaN): zeroing the flagged rows alone would leave the
+        honest rows of their group measured against the hacked rewards, below the group mean, and pushed down. Where
+        the estimator cannot (PRM's step rewards), an advantage weighting has reshaped the advantages, or TRL
+        normalises each reward first (``normalize_then_sum``), the flagged rows' advantages are zeroed only. Rows a
+        splice replaces next are new samples, not screened. Logs ``audit/screened`` (rows of all processes)."""
         monitor = self.collapse_monitor
         if monitor is None or not monitor.screening or batch.mode != "train" or monitor.last_flags is None:
             return
         flags = monitor.last_flags  # (N,) every process's rows
-        local = flags[batch.process_slice].to(batch.output["advantages"].device)  # (B,)
-        advantages = batch.output["advantages"]
-        keep = (~local).to(advantages.dtype)
-        batch.output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
-        self.ext_host.zero_logged_advantages(flags)
+        advantages = batch.output["advantages"]  # (B,) or (B, T)
+        local = flags[batch.process_slice].to(advantages.device)  # (B,)
+        estimator = self.extensions.get("advantage_estimator")
+        regroup = (
+            bool(flags.any())
+            and estimator is not None
+            and type(estimator).gives_group_advantages
+            and "advantage_weighting" not in self.extensions
+            and self.args.multi_objective_aggregation == "sum_then_normalize"
+            and advantages.dim() == 1
+        )
+        if regroup:
+            rewards = batch.rewards.masked_fill(flags.to(batch.rewards.device), float("nan"))  # (N,)
+            regrouped = self.ext_rollouts.group_advantages(rewards, batch.group_size)  # (N,)
+            regrouped = regrouped.masked_fill(flags.to(regrouped.device), 0.0)
+            batch.output["advantages"] = regrouped[batch.process_slice].to(advantages)
+            self.ext_host.log_advantages(regrouped)
+        else:
+            keep = (~local).to(advantages.dtype)
+            batch.output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
+            self.ext_host.zero_logged_advantages(flags)
         self.ext_host.log("train", "audit/screened", float(flags.sum()))
 
     def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:
