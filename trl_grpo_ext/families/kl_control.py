@@ -44,6 +44,14 @@ class _BetaControl(KLControllerBase):
     """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state (the ``set_beta``
     capability comes with ``KLControllerBase``)."""
 
+    @dataclass(frozen=True)
+    class Args(KLControllerBase.Args):  # the config fields every controller of beta reads
+        beta: float
+        kl_horizon: float
+        kl_beta_min: float
+        kl_beta_max: float
+
+    args: Args
     controller: AdaptiveKLController
 
     @classmethod
@@ -85,11 +93,7 @@ class AdaptiveKL(_BetaControl):
 
     @dataclass(frozen=True)
     class Args(_BetaControl.Args):  # the config fields it reads
-        beta: float
         kl_target: float
-        kl_horizon: float
-        kl_beta_min: float
-        kl_beta_max: float
 
     args: Args
 
@@ -133,12 +137,8 @@ class DiversityKL(_BetaControl):
 
     @dataclass(frozen=True)
     class Args(_BetaControl.Args):  # the config fields it reads
-        beta: float
         kl_diversity_target: float
         kl_diversity_n: int
-        kl_horizon: float
-        kl_beta_min: float
-        kl_beta_max: float
 
     args: Args
 
