@@ -48,11 +48,13 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             f"trainer builds every member as {cls}(host). Fix: def __init__(self, host): super().__init__(host) (read "
             "settings from self.args, declared in its Args)."
         ) from None
-    if "config_fields" in vars(obj):
+    old = next((klass for klass in obj.__mro__ if "config_fields" in vars(klass)), None)
+    if old is not None:  # the class or a base of its own still declares the fields the old way
         raise MemberContractError(
-            f"{where}: {cls}.config_fields is no longer read: a member declares the config fields it reads as its "
-            f"own frozen dataclass. Fix: write @dataclass(frozen=True) class Args({obj.__mro__[1].__name__}.Args): "
-            "with one typed line per field, and annotate args: Args (see docs/index.md, 'Adding a variant')."
+            f"{where}: {old.__name__}.config_fields is no longer read: a member declares the config fields it reads "
+            f"as its own frozen dataclass. Fix: write @dataclass(frozen=True) class "
+            f"Args({old.__mro__[1].__name__}.Args): with one typed line per field, and annotate args: Args (see "
+            "docs/index.md, 'Adding a variant')."
         )
     settings = obj.Args
     for klass in obj.__mro__[1:]:  # its Args derives from each base's: a base's helpers read their fields
