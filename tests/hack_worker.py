@@ -1,7 +1,8 @@
 """Run under ``torchrun --nproc_per_node 2`` (gloo, CPU) by tests/test_hack_detector.py: the hack detector, an audit
 (weight 0) and a rollback on two processes, GRPOExtTrainer and a plain trl.GRPOTrainer; writes every rank's view as
-JSON. ``hack_worker.py OUT fsdp2`` (or ``zero3``): the rollback that trains on (``collapse_rollback_then: screen``) with
-the parameters sharded across the two processes (tests/engines.py), GRPOExtTrainer only."""
+JSON. ``hack_worker.py OUT validation``: validation gold on both trainers. ``hack_worker.py OUT fsdp2`` (or
+``zero3``): the rollback that trains on (``collapse_rollback_then: screen``) with the parameters sharded across the two
+processes (tests/engines.py), GRPOExtTrainer only."""
 
 import json
 import os
@@ -141,10 +142,55 @@ def sharded(out_dir: str, engine: str) -> None:
     dist.destroy_process_group()
 
 
+def strict(completions, **kwargs):
+    """Validation gold (weight 0: computed at evaluation, never trained on): the share of digits written, a metric the
+    tiny random policy scores above 0 (an exact answer it never writes)."""
+    return testkit.digit_fraction_reward(completions)
+
+
+def validation(out_dir: str) -> None:
+    """Validation gold on two processes, GRPOExtTrainer and a plain trl.GRPOTrainer: each rank's detector series of the
+    evaluations (and their standard errors) against what TRL logged."""
+    accelerator = Accelerator(cpu=True)
+    path = os.path.join(out_dir, "model")
+    if accelerator.is_main_process:
+        testkit.save_tiny_model(path)
+    accelerator.wait_for_everyone()
+    data, tokenizer = testkit.arithmetic_dataset(256, seed=0), testkit.build_char_tokenizer()
+    settings = {**COMMON, "max_steps": 6, "save_strategy": "no", "eval_strategy": "steps", "eval_steps": 2}
+    settings.update(per_device_eval_batch_size=8, reward_weights=[1.0, 0.0])
+    common = dict(model=path, reward_funcs=[fixed_text_reward, strict], train_dataset=data, processing_class=tokenizer,
+                  eval_dataset=testkit.arithmetic_dataset(16, seed=9))  # fmt: skip
+
+    def seen(trainer, monitor) -> dict:
+        logged = [(h["step"], h["eval_rewards/strict/mean"], h["eval_rewards/strict/std"])
+                  for h in trainer.state.log_history if "eval_rewards/strict/mean" in h]  # fmt: skip
+        return {"logged": logged, "series": monitor.detector.series["validation"],
+                "se": monitor.detector.series["validation_se"]}  # fmt: skip
+
+    plugin = GRPOExtTrainer(
+        **common, args=GRPOExtConfig(**settings, output_dir=os.path.join(out_dir, "plugin"),
+        diversity_metrics=["repetition", "prompt_info"], collapse_detector="drift",
+        collapse_validation_metric="rewards/strict/mean"),
+    )  # fmt: skip
+    plugin.train()
+    result = {"plugin": gather_object([seen(plugin, plugin.collapse_monitor)])}
+    plain = GRPOTrainer(**common, args=GRPOConfig(**settings, output_dir=os.path.join(out_dir, "plain")))
+    monitor = CollapseMonitor(plain, metrics=["repetition", "prompt_info"], detector=detector_from_config(plugin.args),
+                              validation_metric="rewards/strict/mean")  # fmt: skip
+    plain.add_callback(monitor)
+    plain.train()
+    result["plain"] = gather_object([seen(plain, monitor)])
+    result["samples"] = 16 * (plain.args.num_generations_eval or plain.args.num_generations)
+    if accelerator.is_main_process:
+        with open(os.path.join(out_dir, "validation.json"), "w") as f:
+            json.dump(result, f)
+
+
 def main():
     out_dir = sys.argv[1]
     if len(sys.argv) > 2:
-        return sharded(out_dir, sys.argv[2])
+        return validation(out_dir) if sys.argv[2] == "validation" else sharded(out_dir, sys.argv[2])
     accelerator = Accelerator(cpu=True)
     path = os.path.join(out_dir, "model")
     if accelerator.is_main_process:

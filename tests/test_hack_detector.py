@@ -1047,6 +1047,79 @@ def test_validation_gold_picks_the_checkpoint_train_ends_on(make_trainer, train_
     assert all(torch.equal(live[name], tensor) for name, tensor in saved.items())
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("plain", [False, True])
+def test_validation_gold_survives_a_resume(make_trainer, train_dataset, tmp_path, plain):
+    """Resumed from a checkpoint, the monitor's detector holds the evaluations before it (restored from the
+    checkpoint's monitor state) and adds the later ones: the same series as the run that never stopped (GRPOExtTrainer,
+    and a plain trl.GRPOTrainer with the CollapseMonitor)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_grpo_ext.callbacks import CollapseMonitor
+    from trl_grpo_ext.detector import detector_from_config
+
+    def digits(completions, **kwargs) -> list[float]:
+        return testkit.digit_fraction_reward(completions)
+
+    settings = {k: v for k, v in HACK.items() if not k.startswith(("collapse_", "diversity_"))}
+    settings.update(max_steps=6, reward_weights=[1.0, 0.0], eval_strategy="steps", eval_steps=2,
+                    save_strategy="steps", save_steps=2, per_device_eval_batch_size=8)  # fmt: skip
+    monitor_fields = dict(diversity_metrics=["repetition", "prompt_info"], collapse_detector="drift",
+                          collapse_validation_metric="rewards/digits/mean")  # fmt: skip
+
+    def build(out):
+        kwargs = dict(reward_funcs=[fixed_text_reward, digits], trainer_kwargs={"eval_dataset": train_dataset.select(
+            range(8))}, output_dir=str(out), **settings)  # fmt: skip
+        if not plain:
+            trainer = make_trainer(**kwargs, **monitor_fields)
+            return trainer, trainer.collapse_monitor
+        trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, **kwargs)
+        config = make_trainer(**{**kwargs, "output_dir": str(tmp_path / "unused")}, **monitor_fields).args
+        monitor = CollapseMonitor(trainer, metrics=["repetition", "prompt_info"], detector=detector_from_config(config),
+                                  validation_metric="rewards/digits/mean")  # fmt: skip
+        trainer.add_callback(monitor)
+        return trainer, monitor
+
+    whole, whole_monitor = build(tmp_path / "whole")
+    whole.train()
+    resumed, resumed_monitor = build(tmp_path / "whole")  # the same folder: resume from its checkpoint-4
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-4"))
+    for name in ("validation", "validation_se"):
+        steps, values = resumed_monitor.detector.series[name]
+        assert steps == [2, 4, 6] and steps == whole_monitor.detector.series[name][0]
+        assert values == pytest.approx(whole_monitor.detector.series[name][1])
+    assert any(v > 0 for v in whole_monitor.detector.series["validation"][1])
+
+
+@pytest.mark.slow
+def test_validation_gold_on_two_processes_with_both_trainers(tmp_path):
+    """Validation gold under 2 gloo processes, GRPOExtTrainer and a plain trl.GRPOTrainer with the CollapseMonitor:
+    every rank's detector holds each evaluation's gathered gold as TRL logged it and its standard error (TRL's
+    deviation over sqrt(16 prompts x the eval generations)), alike on both ranks and both trainers."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import free_port
+
+    worker = Path(__file__).with_name("hack_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(worker), str(tmp_path), "validation"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "validation.json").read_text())
+    for mode in ("plugin", "plain"):
+        ranks = result[mode]
+        assert ranks[0] == ranks[1], (mode, ranks)
+        logged, (steps, values), (se_steps, errors) = ranks[0]["logged"], ranks[0]["series"], ranks[0]["se"]
+        assert steps == se_steps == [2, 4, 6] == [step for step, _, _ in logged]
+        assert values == pytest.approx([mean for _, mean, _ in logged]) and any(v > 0 for v in values)
+        assert errors == pytest.approx([std / math.sqrt(result["samples"]) for _, _, std in logged])
+    assert result["plugin"][0] == result["plain"][0]  # the same seed, the same evaluations
+
+
 def test_a_shape_alarm_warns_until_an_independent_signal_confirms_it(caplog):
     """By default a shape-only alarm logs and warns; the action waits for an audit (or validation) alarm, then acts
     with the earliest onset of the alarms so far."""
