@@ -1049,34 +1049,38 @@ def test_validation_gold_picks_the_checkpoint_train_ends_on(make_trainer, train_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("plain", [False, True])
-def test_validation_gold_survives_a_resume(make_trainer, train_dataset, tmp_path, plain):
-    """Resumed from a checkpoint, the monitor's detector holds the evaluations before it (restored from the
-    checkpoint's monitor state) and adds the later ones: the same series as the run that never stopped (GRPOExtTrainer,
-    and a plain trl.GRPOTrainer with the CollapseMonitor)."""
+def test_audits_and_validation_gold_survive_a_resume(make_trainer, train_dataset, tmp_path, plain):
+    """Resumed from a checkpoint, the monitor's detector holds the audit's disagreement and the evaluations before it
+    (restored from the checkpoint's monitor state) and adds the later ones: the same series as the run that never
+    stopped (GRPOExtTrainer, and a plain trl.GRPOTrainer with the CollapseMonitor)."""
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_grpo_ext.callbacks import CollapseMonitor
     from trl_grpo_ext.detector import detector_from_config
 
-    def digits(completions, **kwargs) -> list[float]:
+    def digits(completions, **kwargs) -> list[float]:  # validation gold
+        return testkit.digit_fraction_reward(completions)
+
+    def dense(completions, **kwargs) -> list[float]:  # trained on: favours digits from the first step
         return testkit.digit_fraction_reward(completions)
 
     settings = {k: v for k, v in HACK.items() if not k.startswith(("collapse_", "diversity_"))}
-    settings.update(max_steps=6, reward_weights=[1.0, 0.0], eval_strategy="steps", eval_steps=2,
+    settings.update(max_steps=6, reward_weights=[1.0, 0.0, 0.0], eval_strategy="steps", eval_steps=2,
                     save_strategy="steps", save_steps=2, per_device_eval_batch_size=8)  # fmt: skip
     monitor_fields = dict(diversity_metrics=["repetition", "prompt_info"], collapse_detector="drift",
-                          collapse_validation_metric="rewards/digits/mean")  # fmt: skip
+                          collapse_validation_metric="rewards/digits/mean",
+                          collapse_audit_rewards=["sevens_audit"])  # fmt: skip
 
     def build(out):
-        kwargs = dict(reward_funcs=[fixed_text_reward, digits], trainer_kwargs={"eval_dataset": train_dataset.select(
-            range(8))}, output_dir=str(out), **settings)  # fmt: skip
+        kwargs = dict(reward_funcs=[dense, digits, sevens_audit], output_dir=str(out), **settings,
+                      trainer_kwargs={"eval_dataset": train_dataset.select(range(8))})  # fmt: skip
         if not plain:
             trainer = make_trainer(**kwargs, **monitor_fields)
             return trainer, trainer.collapse_monitor
         trainer = make_trainer(cls=GRPOTrainer, config_cls=GRPOConfig, **kwargs)
         config = make_trainer(**{**kwargs, "output_dir": str(tmp_path / "unused")}, **monitor_fields).args
         monitor = CollapseMonitor(trainer, metrics=["repetition", "prompt_info"], detector=detector_from_config(config),
-                                  validation_metric="rewards/digits/mean")  # fmt: skip
+                                  validation_metric="rewards/digits/mean", audit_rewards=["sevens_audit"])  # fmt: skip
         trainer.add_callback(monitor)
         return trainer, monitor
 
@@ -1084,10 +1088,11 @@ def test_validation_gold_survives_a_resume(make_trainer, train_dataset, tmp_path
     whole.train()
     resumed, resumed_monitor = build(tmp_path / "whole")  # the same folder: resume from its checkpoint-4
     resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-4"))
-    for name in ("validation", "validation_se"):
+    for name in ("validation", "validation_se", "audit"):
         steps, values = resumed_monitor.detector.series[name]
-        assert steps == [2, 4, 6] and steps == whole_monitor.detector.series[name][0]
-        assert values == pytest.approx(whole_monitor.detector.series[name][1])
+        assert steps == whole_monitor.detector.series[name][0] and min(steps) <= 4 < max(steps), name  # both sides
+        assert values == pytest.approx(whole_monitor.detector.series[name][1]), name
+    assert resumed_monitor.detector.series["validation"][0] == [2, 4, 6]
     assert any(v > 0 for v in whole_monitor.detector.series["validation"][1])
 
 
