@@ -142,6 +142,16 @@ def sharded(out_dir: str, engine: str) -> None:
     dist.destroy_process_group()
 
 
+def _setup(out_dir: str):
+    """The accelerator, the tiny model (saved once, by the main process), the training prompts and the tokenizer."""
+    accelerator = Accelerator(cpu=True)
+    path = os.path.join(out_dir, "model")
+    if accelerator.is_main_process:
+        testkit.save_tiny_model(path)
+    accelerator.wait_for_everyone()
+    return accelerator, path, testkit.arithmetic_dataset(256, seed=0), testkit.build_char_tokenizer()
+
+
 def strict(completions, **kwargs):
     """Validation gold (weight 0: computed at evaluation, never trained on): the share of digits written, a metric the
     tiny random policy scores above 0 (an exact answer it never writes)."""
@@ -151,12 +161,7 @@ def strict(completions, **kwargs):
 def validation(out_dir: str) -> None:
     """Validation gold on two processes, GRPOExtTrainer and a plain trl.GRPOTrainer: each rank's detector series of the
     evaluations (and their standard errors) against what TRL logged."""
-    accelerator = Accelerator(cpu=True)
-    path = os.path.join(out_dir, "model")
-    if accelerator.is_main_process:
-        testkit.save_tiny_model(path)
-    accelerator.wait_for_everyone()
-    data, tokenizer = testkit.arithmetic_dataset(256, seed=0), testkit.build_char_tokenizer()
+    accelerator, path, data, tokenizer = _setup(out_dir)
     settings = {**COMMON, "max_steps": 6, "save_strategy": "no", "eval_strategy": "steps", "eval_steps": 2}
     settings.update(per_device_eval_batch_size=8, reward_weights=[1.0, 0.0])
     common = dict(model=path, reward_funcs=[fixed_text_reward, strict], train_dataset=data, processing_class=tokenizer,
@@ -191,12 +196,7 @@ def main():
     out_dir = sys.argv[1]
     if len(sys.argv) > 2:
         return validation(out_dir) if sys.argv[2] == "validation" else sharded(out_dir, sys.argv[2])
-    accelerator = Accelerator(cpu=True)
-    path = os.path.join(out_dir, "model")
-    if accelerator.is_main_process:
-        testkit.save_tiny_model(path)
-    accelerator.wait_for_everyone()
-    data, tokenizer = testkit.arithmetic_dataset(256, seed=0), testkit.build_char_tokenizer()
+    accelerator, path, data, tokenizer = _setup(out_dir)
     plugin = GRPOExtTrainer(
         model=path, reward_funcs=[fixed_text_reward, sevens_audit], train_dataset=data, processing_class=tokenizer,
         args=GRPOExtConfig(

@@ -494,10 +494,8 @@ def test_plain_trl_detector_alarms_where_the_plugin_does(make_trainer):
     assert monitor.rollback["checkpoint_step"] == max(s for s in range(0, event.step + 1, 2) if s <= event.onset)
 
 
-@pytest.mark.slow
-def test_two_processes_alarm_and_roll_back_alike(tmp_path):
-    """torchrun, 2 processes: every rank sees the same alarm (the detector reads global values), stops at the same step
-    and restores the same checkpoint, under GRPOExtTrainer and under a plain trl.GRPOTrainer with the monitor."""
+def _hack_worker(out, *mode: str) -> None:
+    """tests/hack_worker.py under torchrun, 2 gloo processes, writing its JSON into ``out``; fails with its stderr."""
     import subprocess
     import sys
     from pathlib import Path
@@ -507,9 +505,16 @@ def test_two_processes_alarm_and_roll_back_alike(tmp_path):
     worker = Path(__file__).with_name("hack_worker.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(worker), str(tmp_path)]  # fmt: skip
+           str(worker), str(out), *mode]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.mark.slow
+def test_two_processes_alarm_and_roll_back_alike(tmp_path):
+    """torchrun, 2 processes: every rank sees the same alarm (the detector reads global values), stops at the same step
+    and restores the same checkpoint, under GRPOExtTrainer and under a plain trl.GRPOTrainer with the monitor."""
+    _hack_worker(tmp_path)
     result = json.loads((tmp_path / "result.json").read_text())
     for mode in ("plugin", "plain"):
         ranks = result[mode]
@@ -532,21 +537,9 @@ def test_a_rollback_that_continues_with_sharded_parameters(engine, tmp_path, req
     processes (tests/engines.py): both ranks alarm alike, the whole weights right after the restore equal the restored
     checkpoint's when it was saved (checksums of the gathered parameters), and the run trains on to max_steps with
     the audit's flagged completions screened."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from conftest import free_port
-
     if engine == "zero3":
         request.getfixturevalue("deepspeed_ops")
-    worker = Path(__file__).with_name("hack_worker.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(worker), str(tmp_path), engine]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    _hack_worker(tmp_path, engine)
     ranks = json.loads((tmp_path / f"{engine}.json").read_text())
     assert ranks[0] == ranks[1], ranks
     view = ranks[0]
@@ -1101,19 +1094,7 @@ def test_validation_gold_on_two_processes_with_both_trainers(tmp_path):
     """Validation gold under 2 gloo processes, GRPOExtTrainer and a plain trl.GRPOTrainer with the CollapseMonitor:
     every rank's detector holds each evaluation's gathered gold as TRL logged it and its standard error (TRL's
     deviation over sqrt(16 prompts x the eval generations)), alike on both ranks and both trainers."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from conftest import free_port
-
-    worker = Path(__file__).with_name("hack_worker.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(worker), str(tmp_path), "validation"]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    _hack_worker(tmp_path, "validation")
     result = json.loads((tmp_path / "validation.json").read_text())
     for mode in ("plugin", "plain"):
         ranks = result[mode]
