@@ -13,7 +13,7 @@ from conftest import last_logs
 from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, Registry
 from trl_grpo_ext.families import FAMILIES, SAMPLE_FILTERS, TOKEN_CLIPS, Extension, Off
-from trl_grpo_ext.families.sample_filter import PolicyFilter
+from trl_grpo_ext.families.sample_filter import PolicyFilter, register_strategy
 
 
 def test_register_get_and_duplicate_guard():
@@ -71,12 +71,21 @@ class SignFlipGuard(Extension):
         return torch.where(chosen, logps.detach(), logps)
 
 
-@SAMPLE_FILTER_STRATEGIES.register("test_above_mean")
+@register_strategy("test_above_mean")  # the core's strategy and its PolicyFilter member, in one registration
 def above_mean(grouped, generator):  # (P, G) rewards -> (P, G) keep
     return grouped >= grouped.nanmean(dim=1, keepdim=True)
 
 
-SAMPLE_FILTERS.register("test_above_mean")(PolicyFilter)
+def test_a_strategy_registration_refuses_a_taken_name_in_either_registry():
+    """register_strategy refuses a name the core's strategies or the sample_filter family hold, registering nothing."""
+
+    def keep_all(grouped, generator):
+        return torch.ones_like(grouped, dtype=torch.bool)
+
+    for taken in ("best_of_n", "none", "dynamic_sampling"):  # a core strategy, the family's off member, a member
+        with pytest.raises(ValueError, match=rf"sample_filter '{taken}' is registered already"):
+            register_strategy(taken)(keep_all)
+    assert SAMPLE_FILTER_STRATEGIES.get("best_of_n") is not keep_all and "none" not in SAMPLE_FILTER_STRATEGIES.names()
 
 
 def _builtin(switch: str) -> set[str]:

@@ -94,8 +94,24 @@ class PolicyFilter(SampleFilterBase):
         return beta * (ctx.row_scale - 1.0) * self.aggregate(kl, ctx, scale_rows=False)
 
 
+def register_strategy(name: str):
+    """Register a PF-PPO strategy ``(P, G) rewards, generator -> (P, G) keep mask`` as ``sample_filter=name``: one
+    registration for the user, where the pure function goes in the core's registry
+    (:data:`~trl_grpo_ext.core.sample_filter.SAMPLE_FILTER_STRATEGIES`) and :class:`PolicyFilter`, its member, in the
+    family's. A name either registry holds already is refused before anything is registered."""
+
+    def decorator(fn):
+        for registry in (SAMPLE_FILTER_STRATEGIES, SAMPLE_FILTERS):
+            if name in registry:
+                raise ValueError(f"sample_filter {name!r} is registered already; choose another name.")
+        SAMPLE_FILTER_STRATEGIES.register(name)(fn)
+        SAMPLE_FILTERS.register(name)(PolicyFilter)
+        return fn
+
+    return decorator
+
+
 SAMPLE_FILTERS.register("none")(Off)
-# Each strategy of the core registry is applied by PolicyFilter; a strategy registered later (from user code) becomes
-# a member the same way, in one line: SAMPLE_FILTERS.register("above_mean")(PolicyFilter) (docs/index.md).
+# Each strategy of the core registry is applied by PolicyFilter (register_strategy does both for a new one).
 for _strategy in SAMPLE_FILTER_STRATEGIES.names():
     SAMPLE_FILTERS.register(_strategy)(PolicyFilter)
