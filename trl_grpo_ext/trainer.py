@@ -460,7 +460,6 @@ class GRPOExtTrainer(TRLHooks):
             return
         flags = monitor.last_flags  # (N,) every process's rows
         advantages = batch.output["advantages"]  # (B,) or (B, T)
-        local = flags[batch.process_slice].to(advantages.device)  # (B,)
         estimator = self.extensions.get("advantage_estimator")
         regroup = (
             bool(flags.any())
@@ -477,7 +476,7 @@ class GRPOExtTrainer(TRLHooks):
             batch.output["advantages"] = regrouped[batch.process_slice].to(advantages)
             self.ext_host.log_advantages(regrouped)
         else:
-            keep = (~local).to(advantages.dtype)
+            keep = (~flags[batch.process_slice]).to(advantages)  # (B,)
             batch.output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
             self.ext_host.zero_logged_advantages(flags)
         self.ext_host.log("train", "audit/screened", float(flags.sum()))

@@ -64,8 +64,8 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
                 f"{where}: {cls}.Args does not derive from {klass.__name__}.Args, whose fields {klass.__name__}'s "
                 f"helpers read. Fix: class Args({klass.__name__}.Args)."
             )
-    params = getattr(settings, "__dataclass_params__", None)
-    if params is None or "__dataclass_fields__" not in vars(settings) or not params.frozen:
+    params = vars(settings).get("__dataclass_params__")  # set by @dataclass on the class itself, not inherited
+    if params is None or not params.frozen:
         raise MemberContractError(
             f"{where}: {cls}.Args is not a frozen dataclass of its own: a member's settings are read-only. Fix: put "
             "@dataclass(frozen=True) on it."
