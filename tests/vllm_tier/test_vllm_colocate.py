@@ -136,7 +136,6 @@ def test_aepo_term_mode_corrects_its_chunks_at_its_temperature(make_vllm_trainer
     """Term mode pads the kept samples into chunks of its own: their IS ratio compares vLLM with the trainer at AEPO's
     temperature too (and the chunks' old log-probs are the trainer's at the training temperature)."""
     from trl_grpo_ext.adapter.compat import policy_logps_at_temperature
-    from trl_grpo_ext.families import entropy_control
 
     trainer = make_vllm_trainer(
         entropy_control="aepo",
@@ -148,14 +147,15 @@ def test_aepo_term_mode_corrects_its_chunks_at_its_temperature(make_vllm_trainer
         vllm_importance_sampling_mode="token_truncate",
     )
     sampled = []  # vLLM's log-probs of each chunk (term mode takes them out of the chunk)
-    real = entropy_control.rollout_tensors
+    service = type(trainer.ext_rollouts)
+    real = service.tensors
 
-    def rollout_tensors(rollout, rollouts):
-        chunk = real(rollout, rollouts)
+    def tensors(self, rollout):
+        chunk = real(self, rollout)
         sampled.append(chunk["sampling_logps"].clone())
         return chunk
 
-    monkeypatch.setattr(entropy_control, "rollout_tensors", rollout_tensors)
+    monkeypatch.setattr(service, "tensors", tensors)
     probe = Probe(trainer, monkeypatch)
     aepo = trainer.extensions["entropy_control"]
     generation_batch(trainer, train_dataset)
