@@ -40,13 +40,14 @@ def arms() -> dict[str, dict]:
     collapse monitor with every diversity metric and the drift detector; and ``off``, the plugin's trainer with every
     family off."""
     import trl_grpo_ext.families  # noqa: F401  (registers the members)
+    from trl_grpo_ext.families.base import services_of
     from trl_grpo_ext.names import DIVERSITY_METRICS, FAMILIES
 
     out: dict[str, dict] = {"off": {}}
     for switch, registry in FAMILIES.items():
         for name in registry.names():
             member = registry.get(name)
-            if member.is_off or name == "grpo" or "scoring_model" in member.host_capabilities:
+            if member.is_off or name == "grpo" or "scoring" in services_of(member):
                 continue
             out[name if name not in out else f"{switch}:{name}"] = {switch: name, **member.example_config}
     out["pass_at_k"].pop("pkpo_k", None)  # the default k, min(4, num_generations): TRL's tests use 2-8 generations

@@ -134,7 +134,7 @@ class LogpProbe:
                 probe.logps = ctx.logps
                 return logps
 
-        trainer.extensions = {"probe": _Probe(trainer.ext_host), **trainer.extensions}
+        trainer.extensions = {"probe": trainer.ext_build(_Probe), **trainer.extensions}
         return self
 
 

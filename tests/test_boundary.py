@@ -59,101 +59,75 @@ def test_family_modules_touch_only_the_host(path):
     assert not problems, f"{path.name} reaches past the Host: {problems}"
 
 
-def test_extensions_receive_the_host_not_the_trainer(make_trainer):
-    from trl_grpo_ext.adapter.host import TrainerHost
+def test_extensions_receive_the_host_and_the_services_they_name_not_the_trainer(make_trainer):
+    from trl_grpo_ext.adapter.host import BetaService, TrainerHost
+    from trl_grpo_ext.adapter.rollouts import RolloutService
 
     trainer = make_trainer(
         token_clip="clip_cov", sample_filter="best_of_n", kl_control="adaptive", beta=0.04, entropy_control="aepo"
     )
-    from trl_grpo_ext.families.base import HostView
-
-    assert trainer.extensions and all(isinstance(e.host, HostView) for e in trainer.extensions.values())
-    assert all(isinstance(object.__getattribute__(e.host, "_host"), TrainerHost) for e in trainer.extensions.values())
-    assert all(not hasattr(e, "trainer") for e in trainer.extensions.values())
-    # each member's view holds what its class declared: AEPO may regenerate, the sample filter may not
-    assert callable(trainer.extensions["entropy_control"].host.rollouts.regenerate)
-    with pytest.raises(AttributeError, match="'rollout'"):
-        trainer.extensions["sample_filter"].host.rollouts  # noqa: B018
-
-
-class _FakeHost:
-    """Every Host member a test below touches, unrestricted."""
-
-    args = types.SimpleNamespace(use_bias_correction_kl=False)  # what Extension.Args reads
-    beta = 0.0
-    feeds_collapse_monitor = False
-
-    class rollouts:  # noqa: N801  (the rollout service, as the capability 'rollout' reaches it)
-        @staticmethod
-        def regenerate(prompts, *, temperature):
-            return ("rolled", tuple(prompts), temperature)
-
-    def log(self, mode, name, value):
-        self.logged = (mode, name, value)
-
-    def secret(self):  # not part of the Host protocol
-        return "reached past the host"
+    members = trainer.extensions
+    assert members and all(type(e.host) is TrainerHost and e.host is trainer.ext_host for e in members.values())
+    assert all(not hasattr(e, "trainer") for e in members.values())
+    # AEPO holds the rollout service it named, the KL controller its beta control; the sample filter holds neither
+    assert isinstance(members["entropy_control"].rollouts, RolloutService)
+    assert isinstance(members["kl_control"].beta_control, BetaService)
+    assert not hasattr(members["sample_filter"], "rollouts") and not hasattr(members["sample_filter"], "beta_control")
+    # and the host reaches none of the services: setting beta, a rollback, a regeneration are not on it
+    for name in ("rollouts", "set_beta", "save_checkpoint", "restore_checkpoint", "add_callback", "drop_ratio_clip"):
+        assert not hasattr(trainer.ext_host, name), name
+    with pytest.raises(AttributeError):
+        trainer.ext_host.beta = 0.5  # type: ignore[misc]
 
 
-def test_a_member_uses_only_the_host_capabilities_it_declares():
-    """A user's member that regenerates without declaring 'rollout' is told which capability to declare; declaring it
-    lets the same call through; every member may log and read beta, setting beta needs 'set_beta', and nothing
-    outside the Host protocol is reachable through the view."""
-    from trl_grpo_ext.families.base import CAPABILITIES, Extension, HostView
-
-    class Greedy(Extension):
-        def on_generation(self, batch):
-            return self.host.rollouts.regenerate(["1+1="], temperature=0.5)
-
-    class Declared(Greedy):
-        host_capabilities = ("rollout",)
-
-    host = _FakeHost()
-    with pytest.raises(AttributeError, match=r"Greedy uses host\.rollouts.*'rollout'.*Greedy\.host_capabilities"):
-        Greedy(host).on_generation(None)
-    assert Declared(host).on_generation(None) == ("rolled", ("1+1=",), 0.5)
-    member = Greedy(host)
-    member.log_metric("train", "x", 2)
-    assert host.logged == ("train", "x", 2.0) and member.host.beta == 0.0
-    with pytest.raises(AttributeError, match="'set_beta'"):
-        member.host.beta = 0.5
-    with pytest.raises(AttributeError, match="only host.beta is settable"):
-        member.host.args = None
-    with pytest.raises(AttributeError, match="not part of the Host protocol"):
-        member.host.secret()
-
-    class Controller(Extension):
-        host_capabilities = ("set_beta",)
-
-    Controller(host).host.beta = 0.5
-    assert host.beta == 0.5
-    # a view of a view is a view of the host, with the new member's capabilities
-    assert Declared(Greedy(host).host).on_generation(None)[0] == "rolled"
-
-    class Typo(Extension):
-        host_capabilities = ("rollouts",)
-
-    with pytest.raises(ValueError, match=r"Typo.host_capabilities: unknown \['rollouts'\]; choose from"):
-        Typo(host)
-    assert isinstance(member.host, HostView) and "rollout" in CAPABILITIES
+def _public(cls) -> set[str]:
+    names = {n for klass in cls.__mro__ if klass is not object for n in vars(klass) if not n.startswith("_")}
+    return names | {n for n in getattr(cls, "__annotations__", {}) if not n.startswith("_")}
 
 
-def test_built_in_members_declare_only_known_capabilities():
-    """Every registered member's declared capabilities exist (a view is built per member), and the members whose
-    method needs one declare it: the regenerating ones 'rollout', the beta controllers 'set_beta'."""
+def test_each_service_object_carries_its_protocol_and_nothing_more():
+    """What a member may do with an object is what its type says: the host and each service the adapter builds has
+    exactly the public names of the protocol it implements (so a member holds no more at run time than mypy allows),
+    and the rollout service is its own class."""
+    from trl_grpo_ext.adapter import host as adapter
+    from trl_grpo_ext.adapter.rollouts import RolloutService
+    from trl_grpo_ext.families.base import SERVICES, Host
+
+    built = {
+        "beta_control": adapter.BetaService,
+        "ratio_clip": adapter.RatioClipService,
+        "scoring": adapter.ScoringService,
+        "callbacks": adapter.CallbackService,
+        "evaluation": adapter.EvaluationService,
+        "reference": adapter.ReferenceService,
+    }
+    assert set(built) | {"rollouts", "monitor_source"} == set(SERVICES)
+    assert SERVICES["rollouts"] is RolloutService and SERVICES["monitor_source"] is adapter.MonitorSource
+    for name, implementation in built.items():
+        assert _public(implementation) == _public(SERVICES[name]), name
+    assert _public(adapter.TrainerHost) == _public(Host)
+
+
+def test_built_in_members_name_the_services_they_use():
+    """Every registered member names only known services, and the members whose methods need one name it: the
+    regenerating ones the rollouts, the beta controllers beta control; the others none."""
     from trl_grpo_ext.families import FAMILIES
-    from trl_grpo_ext.families.base import CAPABILITIES
+    from trl_grpo_ext.families.base import SERVICES, services_of
     from trl_grpo_ext.families.observers import OBSERVERS
 
     members = {f"{switch}={name}": reg.get(name) for switch, reg in FAMILIES.items() for name in reg.names()}
     members |= {f"observer={name}": OBSERVERS.get(name) for name in OBSERVERS.names()}
-    for label, cls in members.items():
-        assert set(cls.host_capabilities) <= set(CAPABILITIES), label
-    assert "rollout" in members["entropy_control=aepo"].host_capabilities
-    assert "rollout" in members["sample_filter=dynamic_sampling"].host_capabilities
-    assert "set_beta" in members["kl_control=adaptive"].host_capabilities
-    assert "set_beta" in members["kl_control=diversity"].host_capabilities
-    assert not members["sample_filter=best_of_n"].host_capabilities
+    named = {label: services_of(cls) for label, cls in members.items()}
+    assert all(set(services) <= set(SERVICES) for services in named.values()), named
+    assert named["entropy_control=aepo"] == ["rollouts"]
+    assert named["sample_filter=dynamic_sampling"] == ["rollouts"]
+    assert named["kl_control=adaptive"] == named["kl_control=diversity"] == ["beta_control"]
+    assert named["token_clip=kl_cov"] == named["token_clip=dppo"] == ["ratio_clip"]
+    assert named["advantage_estimator=prm"] == ["scoring"]
+    assert named["ref_update=reset"] == ["reference", "callbacks"]
+    assert named["observer=collapse_monitor"] == ["monitor_source", "callbacks"]
+    assert named["observer=pass_at_k"] == ["evaluation"]
+    assert not named["sample_filter=best_of_n"] and not named["token_clip=clip_cov"]
 
 
 # ---------------------------------------------------------------------------------------------- TRL's private surface
@@ -432,7 +406,7 @@ def test_one_member_selects_tokens(make_trainer, train_dataset):
         def extra_loss(self, ctx):
             seen.append(ctx.selected)
 
-    trainer.extensions["watcher"] = Watcher(trainer.ext_host)
+    trainer.extensions["watcher"] = trainer.ext_build(Watcher)
     trainer._compute_loss(trainer.model, inputs)
     assert seen and seen[0].dtype == torch.bool and bool(seen[0].any())
 
@@ -440,7 +414,7 @@ def test_one_member_selects_tokens(make_trainer, train_dataset):
         def select_tokens(self, logps, ctx):
             return torch.ones_like(logps, dtype=torch.bool)
 
-    trainer.extensions["greedy"] = Greedy(trainer.ext_host)
+    trainer.extensions["greedy"] = trainer.ext_build(Greedy)
     with pytest.raises(ValueError, match=r"Two members select tokens in one run \('token_clip' and 'greedy'\)"):
         trainer._compute_loss(trainer.model, inputs)
 
@@ -545,7 +519,7 @@ def test_members_declare_every_config_field_they_read(path):
 
 def test_a_member_reads_only_the_config_fields_it_declares():
     from trl_grpo_ext import GRPOExtConfig
-    from trl_grpo_ext.families.base import Extension
+    from trl_grpo_ext.families.base import Extension, build_member
 
     class Reader(Extension):
         @dataclasses.dataclass(frozen=True)
@@ -554,11 +528,10 @@ def test_a_member_reads_only_the_config_fields_it_declares():
 
         args: Args
 
-    host = _FakeHost()
-    host.args = GRPOExtConfig(output_dir="x", report_to="none", use_cpu=True, bf16=False, kl_target=0.3)
-    member = Reader(host)
-    assert member.args.kl_target == 0.3 and member.host.args is member.args
-    assert member.args.use_bias_correction_kl is host.args.use_bias_correction_kl  # the base's helpers read it
+    config = GRPOExtConfig(output_dir="x", report_to="none", use_cpu=True, bf16=False, kl_target=0.3)
+    member = build_member(Reader, config, host=object(), services={})
+    assert member.args.kl_target == 0.3 and type(member.args) is Reader.Args
+    assert member.args.use_bias_correction_kl is config.use_bias_correction_kl  # the base's helpers read it
     with pytest.raises(AttributeError, match=r"Reader\.Args has no field 'beta'.*add `beta: <its type>` to"):
         member.args.beta  # noqa: B018
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -22,6 +22,7 @@ def test_defaults_are_trl_behaviour():
     outcome estimator, which with advantage_std='sample' returns no update (tests/test_parity.py shows the run equals
     GRPOTrainer's); without_extensions() changes nothing, and no observer is switched on."""
     from trl_grpo_ext.families import FAMILIES, GenerationBatch
+    from trl_grpo_ext.families.base import build_member
     from trl_grpo_ext.families.observers import OBSERVERS
 
     cfg = make()
@@ -30,9 +31,8 @@ def test_defaults_are_trl_behaviour():
         member = registry.get(getattr(cfg, switch))
         if not member.is_off:  # the outcome estimator: built, but silent at advantage_std='sample'
             assert switch == "advantage_estimator" and cfg.advantage_std == "sample"
-            host = type("Host", (), {"args": cfg})()
             batch = GenerationBatch({}, None, None, group_size=4, process_slice=slice(0), mode="train")
-            assert member(host).on_generation(batch) is None
+            assert build_member(member, cfg, host=object(), services={}).on_generation(batch) is None
     assert not any(OBSERVERS.get(name).enabled(cfg) for name in OBSERVERS.names())
 
 

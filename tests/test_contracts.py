@@ -1,19 +1,22 @@
 """The member contract (trl_grpo_ext.families.contracts): a class is checked when it is registered, what a member
-returns is checked where the trainer receives it, and a member cannot reach past its views. Each bad input gives an
+returns is checked where the trainer receives it, and a member holds its own frozen settings and the services it
+named. Each bad input gives an
 error naming the member (or field), the hook, the step and the fix."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import pytest
 import torch
 
 from trl_grpo_ext import GRPOExtConfig
+from trl_grpo_ext.adapter.host import BetaService
 from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
 from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, ENTROPY_CONTROLS, KL_CONTROLLERS, TOKEN_CLIPS, Extension
-from trl_grpo_ext.families.base import GenerationUpdate, HostView, restrict
+from trl_grpo_ext.families.base import SERVICES, BetaControl, GenerationUpdate, Host, build_member, member_args
 from trl_grpo_ext.families.contracts import MemberContractError, Receiver
 from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate
 
@@ -34,8 +37,11 @@ def test_a_plain_function_is_refused_at_registration():
     assert "fn_clip" not in TOKEN_CLIPS
 
 
-def test_an_init_without_host_is_refused():
-    with pytest.raises(MemberContractError, match=r"cannot be built from the host alone.*def __init__\(self, host\)"):
+def test_a_constructor_the_trainer_cannot_call_is_refused():
+    """The trainer builds a member as cls(args, host, **the services it names): another shape, an unknown service
+    or a catch-all is refused at the register line, with the signature to write."""
+    fix = r"the trainer builds every member as \w+\(args, host, \*\*services\).*def __init__\(self, args: Args, host: "
+    with pytest.raises(MemberContractError, match=r"NoHost\.__init__ takes \(\): " + fix):
 
         @TOKEN_CLIPS.register("no_host_clip")
         class NoHost(Extension):
@@ -44,6 +50,38 @@ def test_an_init_without_host_is_refused():
 
             def modify_logps(self, logps, ctx):
                 return logps
+
+    with pytest.raises(MemberContractError, match=r"OldStyle\.__init__ takes \(host\)"):
+
+        @TOKEN_CLIPS.register("old_style_clip")
+        class OldStyle(Extension):
+            def __init__(self, host):
+                pass
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+    with pytest.raises(MemberContractError, match=r"names the unknown service\(s\) \['checkpoints'\] \(the services: "):
+
+        @TOKEN_CLIPS.register("unknown_service_clip")
+        class Unknown(Extension):
+            def __init__(self, args, host, *, checkpoints):
+                super().__init__(args, host)
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+    with pytest.raises(MemberContractError, match=r"CatchAll\.__init__ takes \(args, host, services\)"):
+
+        @TOKEN_CLIPS.register("catch_all_clip")
+        class CatchAll(Extension):
+            def __init__(self, args, host, **services):
+                super().__init__(args, host)
+
+            def modify_logps(self, logps, ctx):
+                return logps
+
+    assert not {"no_host_clip", "old_style_clip", "unknown_service_clip", "catch_all_clip"} & set(TOKEN_CLIPS.names())
 
 
 def test_a_members_args_must_be_a_frozen_dataclass_of_its_bases_without_defaults_and_real_fields():
@@ -122,23 +160,20 @@ def test_a_member_implementing_none_of_its_familys_hooks_is_refused():
 
         @KL_CONTROLLERS.register("lazy_kl")
         class Lazy(Extension):
-            host_capabilities = ("set_beta",)
-
-    with pytest.raises(MemberContractError, match=r"host_capabilities = 'set_beta': each must be one of"):
-
-        @KL_CONTROLLERS.register("str_caps_kl")
-        class StrCaps(Extension):
-            host_capabilities = "set_beta"
-
-            def after_loss(self, ctx):
-                pass
+            def __init__(self, args, host, *, beta_control):
+                super().__init__(args, host)
 
 
-# ------------------------------------------------------------------------------------------------- the views
-class _Host:
-    global_step = 7
+# ------------------------------------------------------------------------------------------------- what it holds
+class _Config:
     beta = 0.04
-    args = type("Args", (), {"beta": 0.04, "kl_target": 0.1, "use_bias_correction_kl": False})()
+    kl_target = 0.1
+    use_bias_correction_kl = False
+    eval_pass_at_k = [1, 4]
+
+
+class _Trainer:  # what BetaService sets
+    beta = 0.04
 
 
 class _Controller(Extension):
@@ -147,23 +182,38 @@ class _Controller(Extension):
         kl_target: float
 
     args: Args
-    host_capabilities = ("set_beta",)
+
+    def __init__(self, args: Args, host: Host, *, beta_control: BetaControl):
+        super().__init__(args, host)
+        self.beta_control = beta_control
 
     def after_loss(self, ctx):
         pass
 
 
-def test_a_member_cannot_reach_past_its_views():
-    member = _Controller(_Host())
-    with pytest.raises(AttributeError, match=r"_Controller reads _host of its HostView"):
-        member.host._host  # noqa: B018
+def _beta_service(owner: str, trainer=None):
+    return BetaService(trainer or _Trainer(), functools.partial(Receiver(lambda: 7).beta, owner))
+
+
+def test_a_member_holds_its_own_settings_and_only_the_services_it_names():
+    built = []
+
+    def factory(name):
+        def make(owner):
+            built.append((name, owner))
+            return _beta_service(owner) if name == "beta_control" else object()
+
+        return make
+
+    host = object()
+    member = build_member(_Controller, _Config(), host, {name: factory(name) for name in SERVICES})
+    assert built == [("beta_control", "_Controller")]  # the one service it named, and nothing else was made
+    assert member.host is host and isinstance(member.beta_control, BetaService)
     assert member.args == _Controller.Args(use_bias_correction_kl=False, kl_target=0.1)  # its own copy, nothing more
     with pytest.raises(dataclasses.FrozenInstanceError):
         member.args.kl_target = 1.0  # type: ignore[misc]
     with pytest.raises(AttributeError, match=r"_Controller\.Args has no field 'beta'.*add `beta: <its type>`"):
         member.args.beta  # noqa: B018
-    assert member.host.args is member.args
-    assert isinstance(restrict(member.host, _Controller), HostView)  # the trainer's side still unwraps it
 
 
 def test_a_members_args_are_a_copy_the_run_config_cannot_see_edits_of():
@@ -174,24 +224,23 @@ def test_a_members_args_are_a_copy_the_run_config_cannot_see_edits_of():
 
         args: Args
 
-    host = _Host()
-    host.args = type("Args", (), {"eval_pass_at_k": [1, 4], "use_bias_correction_kl": False})()
-    member = Lists(host)
-    member.args.eval_pass_at_k.append(8)
-    assert host.args.eval_pass_at_k == [1, 4]
+    config = _Config()
+    args = member_args(config, Lists)
+    args.eval_pass_at_k.append(8)
+    assert config.eval_pass_at_k == [1, 4]
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "0.1", torch.tensor([0.1, 0.2])])
 def test_a_beta_outside_its_range_is_refused_naming_the_member(value):
-    host = _Host()
-    member = _Controller(host)
+    trainer = _Trainer()
+    service = _beta_service("_Controller", trainer)
     with pytest.raises(
-        MemberContractError, match=r"_Controller\.host\.beta at step 7: set beta to .*Fix: set a finite"
+        MemberContractError, match=r"_Controller\.beta_control\.set_beta at step 7: set beta to .*Fix: set a finite"
     ):
-        member.host.beta = value
-    assert host.beta == 0.04
-    member.host.beta = torch.tensor(0.5)  # a 0-d tensor is a number
-    assert host.beta == 0.5 and isinstance(host.beta, float)
+        service.set_beta(value)
+    assert trainer.beta == 0.04
+    service.set_beta(torch.tensor(0.5))  # a 0-d tensor is a number
+    assert trainer.beta == 0.5 and isinstance(trainer.beta, float)
 
 
 # ------------------------------------------------------------------------------------------------- outputs
@@ -243,7 +292,7 @@ def test_members_that_would_train_as_silent_no_ops_are_refused_at_registration()
         @KL_CONTROLLERS.register("typo_kl")
         class TypoKL(KLControllerBase):
             def after_los(self, ctx):
-                self.host.beta = 0.1
+                self.beta_control.set_beta(0.1)
 
     with pytest.raises(MemberContractError, match=r"TypoClip\.modify_logp is no hook.*did you mean modify_logps"):
 

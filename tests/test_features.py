@@ -149,7 +149,7 @@ def test_clip_cov_removes_exactly_the_selected_tokens_policy_gradient(make_train
             captured["sel"] = ctx.selected
             return out
 
-    trainer.extensions["token_clip"] = Capture(trainer.ext_host)
+    trainer.extensions["token_clip"] = trainer.ext_build(Capture)
     trainer.model.zero_grad()
     trainer._compute_loss(trainer.model, inputs).backward()
     sel = captured["sel"]

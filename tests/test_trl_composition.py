@@ -30,7 +30,7 @@ def _capture_selection(trainer):
             seen.append((ctx.selected.clone(), ctx.policy_mask.clone()))
             return out
 
-    trainer.extensions["token_clip"] = Capture(trainer.ext_host)
+    trainer.extensions["token_clip"] = trainer.ext_build(Capture)
     return seen
 
 
@@ -119,7 +119,7 @@ def test_policy_weight_is_none_when_trl_applies_no_factor(make_trainer, train_da
             weights.append(ctx.policy_weight)
             return super().modify_logps(logps, ctx)
 
-    trainer.extensions["token_clip"] = Capture(trainer.ext_host)
+    trainer.extensions["token_clip"] = trainer.ext_build(Capture)
     seen = _capture_selection(trainer)
     inputs = random_advantage_batch(trainer, train_dataset)
     trainer._compute_loss(trainer.model, inputs)
@@ -474,7 +474,7 @@ def test_aepo_warns_that_sleep_mode_costs_a_second_weight_push(make_trainer, cap
     monkeypatch.setattr(trainer.args, "use_vllm", True)
     monkeypatch.setattr(trainer.args, "vllm_enable_sleep_mode", True)
     with caplog.at_level(logging.WARNING, logger="trl_grpo_ext.families.entropy_control"):
-        AEPO(trainer.ext_host)
+        trainer.ext_build(AEPO)
     assert "pushes the weights to vLLM twice" in caplog.text
 
 
@@ -487,7 +487,7 @@ def test_aepo_refuses_a_generation_kwargs_temperature_under_vllm(make_trainer, m
     trainer = make_trainer(entropy_control="aepo", generation_kwargs={"temperature": 0.9})
     monkeypatch.setattr(trainer.args, "use_vllm", True)
     with pytest.raises(ValueError, match=r"drop 'temperature' from generation_kwargs"):
-        AEPO(trainer.ext_host)
+        trainer.ext_build(AEPO)
 
 
 class _Routed:

@@ -202,7 +202,7 @@ def test_policy_weight_parity_with_trls_loss_gradient(make_trainer, train_datase
             weights.append(ctx.policy_weight)
             return super().modify_logps(logps, ctx)
 
-    trainer.extensions["probe"] = Weight(trainer.ext_host)
+    trainer.extensions["probe"] = trainer.ext_build(Weight)
     inputs = scored_batch(trainer, train_dataset)
     gen = torch.Generator().manual_seed(0)
     inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=gen)

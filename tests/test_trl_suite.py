@@ -19,13 +19,14 @@ import trl_suite  # noqa: E402
 
 
 def test_every_registered_member_gets_an_arm_with_its_example_settings():
+    from trl_grpo_ext.families.base import services_of
     from trl_grpo_ext.names import FAMILIES
 
     arms = trl_suite.arms()
     for switch, registry in FAMILIES.items():
         for name in registry.names():
             member = registry.get(name)
-            if member.is_off or name == "grpo" or "scoring_model" in member.host_capabilities:
+            if member.is_off or name == "grpo" or "scoring" in services_of(member):
                 assert not any(a.get(switch) == name for a in arms.values())
                 continue
             (settings,) = [a for a in arms.values() if a.get(switch) == name]

@@ -62,8 +62,11 @@ def test_a_member_misreading_the_config_is_refused():
 
 
 def test_a_member_misusing_the_host_is_refused():
-    """``self.host`` is typed as the Host protocol (a HostView at run time): a misspelt member or a wrongly typed
-    assignment fails mypy instead of reading ``Any`` through the view."""
+    """``self.host`` is typed as the Host protocol and each service as its own: a misspelt member, setting beta or
+    saving a checkpoint through the host, a wrongly typed beta or another service's method fails mypy."""
     proc = _mypy(CASES / "bad_member.py")
     assert '"Host" has no attribute "global_steps"' in proc.stdout, proc.stdout
-    assert 'Incompatible types in assignment (expression has type "str", variable has type "float")' in proc.stdout
+    assert 'Property "beta" defined in "Host" is read-only' in proc.stdout, proc.stdout
+    assert '"Host" has no attribute "save_checkpoint"' in proc.stdout, proc.stdout
+    assert 'Argument 1 to "set_beta" of "BetaControl" has incompatible type "str"; expected "float"' in proc.stdout
+    assert '"BetaControl" has no attribute "drop_ratio_clip"' in proc.stdout, proc.stdout

@@ -32,20 +32,22 @@ from typing import Any
 
 import torch
 
+from .adapter import host as services
 from .adapter.compat import (
     combined_rewards,
     default_output_dir,
+    log_advantages,
     trl_policy_weight,
+    zero_logged_advantages,
 )
 from .adapter.hooks import TRLHooks
-from .adapter.host import TrainerHost
 from .adapter.rollouts import RolloutService, apply_splice, place_splices
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .checkpoints import STATE_FILE, checkpoint_damage, last_complete_checkpoint
 from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
 from .families import FAMILIES, TRAINER_METRICS, Extension, GenerationBatch, LossContext, declared_metrics
-from .families.base import KEEP_KEY, GenerationUpdate
+from .families.base import KEEP_KEY, E, GenerationUpdate, build_member, services_of
 from .families.contracts import Receiver
 from .families.observers import OBSERVERS
 
@@ -246,7 +248,7 @@ class GRPOExtTrainer(TRLHooks):
             )
         args.validate()  # a field changed since the config was built gets the error construction would have given
         selected = {switch: registry.get(getattr(args, switch)) for switch, registry in FAMILIES.items()}
-        if step_reward_funcs is not None and not any("scoring_model" in m.host_capabilities for m in selected.values()):
+        if step_reward_funcs is not None and not any("scoring" in services_of(m) for m in selected.values()):
             # host.step_reward_funcs needs the capability: no selected member would read them
             raise ValueError(
                 "step_reward_funcs are used only with advantage_estimator='prm' (a member that scores steps); set "
@@ -254,7 +256,7 @@ class GRPOExtTrainer(TRLHooks):
             )
         for switch, cls in selected.items():  # a member that generates outside TRL's batch (declares "rollout")
             member = getattr(args, switch)
-            if "rollout" in cls.host_capabilities and kwargs.get("environment_factory") is not None:
+            if "rollouts" in services_of(cls) and kwargs.get("environment_factory") is not None:
                 raise ValueError(
                     f"{switch}={member!r} cannot run with environment_factory: it generates prompts again after TRL "
                     "has already reset and stepped this batch's environment instances, so its rollouts would act on "
@@ -288,15 +290,15 @@ class GRPOExtTrainer(TRLHooks):
         self.ext_receiver = Receiver(lambda: self.state.global_step)  # checks every member output it receives
         # the rollout room's door to TRL
         self.ext_rollouts = RolloutService(self, members=self.extensions.values(), receiver=self.ext_receiver)
-        self.ext_host = TrainerHost(self)
+        self.ext_host = services.TrainerHost(self)
         for switch, registry in FAMILIES.items():  # one member per family, in the order the hooks run
             cls = registry.get(getattr(args, switch))
             if not cls.is_off:
-                self.extensions[switch] = cls(self.ext_host)
+                self.extensions[switch] = self.ext_build(cls)
         for name in OBSERVERS.names():  # watchers (collapse monitor), switched on by their own fields
             cls = OBSERVERS.get(name)
             if cls.enabled(args):
-                self.extensions[name] = cls(self.ext_host)
+                self.extensions[name] = self.ext_build(cls)
         for extension in self.extensions.values():  # a state no checkpoint could write fails now, not at the first save
             self.ext_receiver.state(extension, extension.state_dict())
         # What the members were built from: a change to args before train() would not reach them (train() refuses it)
@@ -304,6 +306,21 @@ class GRPOExtTrainer(TRLHooks):
         declared = declared_metrics(self.extensions.values())
         self.add_callback(MetricGroupsCallback(key for keys in declared.values() for key in keys))
         self.add_callback(ExtTimingCallback(self.ext_clock, self.ext_host))  # last, so it times the monitor too
+
+    def ext_build(self, member: type[E]) -> E:
+        """``member(args, host, **services)``: its own Args from this run's config, the host, and each service its
+        constructor names (``families.base.SERVICES``), built for it."""
+        factories = {
+            "beta_control": lambda owner: services.BetaService(self, functools.partial(self.ext_receiver.beta, owner)),
+            "ratio_clip": lambda owner: services.RatioClipService(self),
+            "scoring": lambda owner: services.ScoringService(self),
+            "callbacks": lambda owner: services.CallbackService(self),
+            "evaluation": lambda owner: services.EvaluationService(self),
+            "reference": lambda owner: services.ReferenceService(self),
+            "rollouts": lambda owner: self.ext_rollouts,
+            "monitor_source": lambda owner: services.MonitorSource(self),
+        }
+        return build_member(member, self.args, self.ext_host, factories)
 
     # ------------------------------------------------------------------ helpers
     def _check_dataset_size(self) -> None:
@@ -474,11 +491,11 @@ class GRPOExtTrainer(TRLHooks):
             regrouped = self.ext_rollouts.group_advantages(rewards, batch.group_size)  # (N,)
             regrouped = regrouped.masked_fill(flags.to(regrouped.device), 0.0)
             batch.output["advantages"] = regrouped[batch.process_slice].to(advantages)
-            self.ext_host.log_advantages(regrouped)
+            log_advantages(self, regrouped)
         else:
             keep = (~flags[batch.process_slice]).to(advantages)  # (B,)
             batch.output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
-            self.ext_host.zero_logged_advantages(flags)
+            zero_logged_advantages(self, flags)
         self.ext_host.log("train", "audit/screened", float(flags.sum()))
 
     def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:
@@ -492,7 +509,7 @@ class GRPOExtTrainer(TRLHooks):
             out["advantages"] = local
             # TRL's completions table shows one advantage per row: a token-level one by its first token's value
             per_row = update.advantages if update.advantages.dim() == 1 else update.advantages[:, 0]
-            self.ext_host.log_advantages(per_row)
+            log_advantages(self, per_row)
         if update.keep is not None:
             batch.keep = update.keep
             local_keep = update.keep[batch.process_slice]  # (B,)

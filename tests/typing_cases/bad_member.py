@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from trl_grpo_ext.families import ADVANTAGE_ESTIMATORS, SAMPLE_FILTERS, Extension, GenerationBatch, LossContext
-from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate
+from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate, KLControllerBase
 
 
 class WrongHooks(Extension):
@@ -49,4 +49,11 @@ class MisreadsTheConfig(Extension):
 class MisusesTheHost(Extension):
     def after_loss(self, ctx: LossContext) -> None:
         self.host.log("train", "x/steps", self.host.global_steps)  # misspelt: the Host protocol has global_step
-        self.host.beta = "0.1"  # a string where beta is a float
+        self.host.beta = 0.1  # beta is set through the beta_control service, not the host
+        self.host.save_checkpoint()  # a service no member reaches through the host
+
+
+class MisusesAService(KLControllerBase):
+    def after_loss(self, ctx: LossContext) -> None:
+        self.beta_control.set_beta("0.1")  # a string where beta is a float
+        self.beta_control.drop_ratio_clip()  # another service's method

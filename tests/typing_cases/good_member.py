@@ -8,11 +8,20 @@ from typing import ClassVar
 
 import torch
 
-from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, SAMPLE_FILTERS, TOKEN_CLIPS, GenerationBatch, LossContext
+from trl_grpo_ext.families import (
+    ADVANTAGE_WEIGHTINGS,
+    KL_CONTROLLERS,
+    SAMPLE_FILTERS,
+    TOKEN_CLIPS,
+    GenerationBatch,
+    LossContext,
+)
+from trl_grpo_ext.families.base import Host, RolloutService
 from trl_grpo_ext.families.interfaces import (
     AdvantageUpdate,
     AdvantageWeightingBase,
     FilterUpdate,
+    KLControllerBase,
     SampleFilterBase,
     TokenClipBase,
 )
@@ -63,3 +72,25 @@ class NegativeLogpTokens(TokenClipBase):
         if self.args.beta == 0.0:
             return None
         return self.aggregate(ctx.logps * 0.0, ctx)
+
+
+@KL_CONTROLLERS.register("halving_kl")
+class HalvingKL(KLControllerBase):
+    """A KL controller halving beta at every step end, through the service its base names."""
+
+    def after_loss(self, ctx: LossContext) -> None:
+        if self.host.step_end:
+            self.beta_control.set_beta(self.host.beta / 2)
+
+
+@SAMPLE_FILTERS.register("regenerating_filter")
+class RegeneratingFilter(SampleFilterBase):
+    """A member naming a service of its own in its constructor (the rollouts) and using it."""
+
+    def __init__(self, args: SampleFilterBase.Args, host: Host, *, rollouts: RolloutService):
+        super().__init__(args, host)
+        self.rollouts = rollouts
+
+    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
+        again = self.rollouts.regenerate(batch.prompts, temperature=1.0)
+        return FilterUpdate(keep=torch.ones(len(again.completions), dtype=torch.bool))

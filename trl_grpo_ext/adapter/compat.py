@@ -280,6 +280,27 @@ def metric_values(trainer, mode: str, name: str) -> list:
     return trainer._metrics[mode].get(name, [])
 
 
+def log_advantages(trainer, per_row: torch.Tensor) -> None:
+    """Replace the advantages of the last N rows of TRL's completions table (``_logs["advantages"]``) by (N,)
+    ``per_row``."""
+    logged = trainer._logs["advantages"]
+    for _ in range(min(per_row.numel(), len(logged))):
+        logged.pop()
+    logged.extend(per_row.tolist())
+
+
+def zero_logged_advantages(trainer, rows: torch.Tensor) -> None:
+    """The advantages TRL's completions table shows for this batch's ``rows`` ((N,) bool over every process's rows, the
+    table's newest N) set to 0 (screened completions train with advantage 0)."""
+    logged = trainer._logs["advantages"]
+    count = min(rows.numel(), len(logged))
+    flags = rows[-count:].tolist() if count else []
+    tail = [0.0 if flag else value for value, flag in zip(list(logged)[len(logged) - count :], flags, strict=True)]
+    for _ in range(count):
+        logged.pop()
+    logged.extend(tail)
+
+
 def save_checkpoint(trainer) -> None:
     """Save a checkpoint of the trainer now (``transformers.Trainer._save_checkpoint``: weights, optimizer, scheduler,
     RNG and trainer state, and a ``GRPOExtTrainer``'s extension state), at ``checkpoint-<global step>``. A collective

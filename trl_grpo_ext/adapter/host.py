@@ -1,9 +1,18 @@
-"""The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: what the family members use of TRL, in the
-adapter with the rest of the plugin's TRL surface."""
+"""The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer`` and the services a member may name
+(``families.base.SERVICES``): what the family members use of TRL, in the adapter with the rest of the plugin's TRL
+surface. Each service is an object of its own over the trainer, so a member holds only what it named.
+
+TRL 1.16 private surface used here: ``_metrics``, ``_logs``, ``_step``, ``_tokenizer``, ``_dist``, and the attributes
+``beta``, ``loss_type``, ``epsilon_low`` / ``epsilon_high``, ``scale_rewards``, ``reward_weights``, ``reward_funcs``,
+``environments``, ``top_entropy_quantile``, ``eos_token_ids``, ``max_completion_length``,
+``current_gradient_accumulation_steps`` (pinned by ``tests/test_trl_contract.py``). Generation, scoring and forwards
+outside TRL's batch are the :class:`~trl_grpo_ext.adapter.rollouts.RolloutService`'s.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,37 +20,28 @@ from accelerate.utils import gather_object
 
 from . import compat as trl_compat
 from .compat import aggregate_like_loss_type, prepare_scoring_model, reward_kwargs
-from .rollouts import RolloutService
 
 
-class TrainerHost:
-    """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: everything the extensions use of TRL.
-
-    TRL 1.16 private surface used here: ``_metrics``, ``_logs``, ``_step``, ``_tokenizer``, ``_dist``,
-    ``_log_completion_extra``, ``_log_metric``, and the attributes ``beta``, ``loss_type``, ``epsilon_low`` /
-    ``epsilon_high``, ``scale_rewards``, ``reward_weights``, ``reward_funcs``, ``environments``,
-    ``top_entropy_quantile``, ``eos_token_ids``, ``max_completion_length``, ``current_gradient_accumulation_steps``
-    (pinned by ``tests/test_trl_contract.py``). Generation, scoring and forwards outside TRL's batch are the
-    :class:`~trl_grpo_ext.adapter.rollouts.RolloutService`'s (``rollouts``, for the members that declare ``rollout``).
-    """
-
-    #: The collapse monitor built on a host is fed by the hooks and logs through it (see CollapseMonitor).
-    feeds_collapse_monitor = True
-
+class _OfTrainer:
     def __init__(self, trainer):  # a GRPOExtTrainer (the adapter imports nothing of the plugin's trainer)
         self._trainer = trainer
-        self.args = trainer.args
+
+
+class TrainerHost(_OfTrainer):
+    """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: the run's state and settings, metric
+    logging, collectives, seeded generators, loss aggregation."""
+
+    collectives: Any  #: the trainer's ``AccelerateCollectives``
+    clock: Any  #: the trainer's ``ExtClock``
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
         self.collectives = trainer.ext_collectives
         self.clock = trainer.ext_clock
 
-    # ------------------------------------------------------------------ state
     @property
     def beta(self) -> float:
         return self._trainer.beta
-
-    @beta.setter
-    def beta(self, value: float) -> None:
-        self._trainer.beta = value
 
     @property
     def loss_type(self) -> str:
@@ -99,39 +99,82 @@ class TrainerHost:
         return self._trainer.top_entropy_quantile
 
     @property
-    def step_reward_funcs(self) -> list:
-        return self._trainer.step_reward_funcs
-
-    @property
     def ratio_clip(self) -> tuple[float, float]:
         return self._trainer.epsilon_low, self._trainer.epsilon_high
+
+    def log(self, mode: str, name: str, value: float) -> None:
+        self._trainer._metrics[mode][name].append(float(value))
+
+    def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
+        return self._trainer.ext_generator(tag, per_rank=per_rank, device=device)
+
+    def aggregate(self, per_token, mask, *, mode: str, num_items_in_batch) -> torch.Tensor:
+        trainer = self._trainer
+        return aggregate_like_loss_type(
+            per_token,
+            mask,
+            loss_type=trainer.loss_type,
+            training=mode == "train",
+            gradient_accumulation_steps=trainer.ext_accumulation_steps(),
+            steps_per_generation=trainer.args.steps_per_generation,
+            num_processes=trainer.accelerator.num_processes,
+            max_completion_length=trainer.max_completion_length,
+            num_items_in_batch=num_items_in_batch,
+        )
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._trainer.accelerator.gather(tensor)
+
+    def gather_object(self, obj: list) -> list:
+        return gather_object(obj)
+
+
+# ---------------------------------------------------------------------------------------------------- services
+class BetaService(_OfTrainer):
+    """``beta_control``: sets TRL's live beta after ``check`` (the receiver's, naming the member)."""
+
+    def __init__(self, trainer, check: Callable[[float], float]):
+        super().__init__(trainer)
+        self._check = check
+
+    def set_beta(self, value: float) -> None:
+        self._trainer.beta = self._check(value)
+
+
+class RatioClipService(_OfTrainer):
+    """``ratio_clip``."""
 
     def drop_ratio_clip(self) -> None:
         self._trainer.epsilon_low = math.inf
         self._trainer.epsilon_high = math.inf
 
-    # ------------------------------------------------------------------ services
-    def log(self, mode: str, name: str, value: float) -> None:
-        self._trainer._metrics[mode][name].append(float(value))
 
-    def log_column(self, name: str, values: list) -> None:
-        """Extend a column of TRL's completions table (one value per row of the last batch)."""
-        self._trainer._logs["extra"][name].extend(values)
+class ScoringService(_OfTrainer):
+    """``scoring``: step reward functions, scoring models placed like TRL's reward models, TRL's reward kwargs."""
+
+    @property
+    def step_reward_funcs(self) -> list:
+        return self._trainer.step_reward_funcs
+
+    def prepare_scoring_model(self, model):
+        """A frozen scoring model placed like TRL's reward models for the engine in use (DeepSpeed, FSDP, DDP)."""
+        trainer = self._trainer
+        return prepare_scoring_model(model, trainer.accelerator, deepspeed=trainer.is_deepspeed_enabled)
+
+    def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
+        """As TRL 1.16's ``_calculate_rewards`` builds them (``compat.reward_kwargs``), plus ``completion_ids``."""
+        return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}
+
+
+class CallbackService(_OfTrainer):
+    """``callbacks``."""
 
     def add_callback(self, callback) -> None:
         self._trainer.add_callback(callback)
 
-    def metric_values(self, mode: str, name: str) -> list:
-        return trl_compat.metric_values(self._trainer, mode, name)
 
-    def save_checkpoint(self) -> None:
-        trl_compat.save_checkpoint(self._trainer)
-
-    def restore_checkpoint(self, folder: str) -> None:
-        trl_compat.restore_checkpoint(self._trainer, folder)
-
-    def discard_buffered_rollouts(self) -> None:
-        trl_compat.discard_buffered_rollouts(self._trainer)
+class ReferenceService(_OfTrainer):
+    """``reference``: TRL's reference model and the optimizer's moments."""
 
     def prepare_reference(self) -> bool:
         return trl_compat.prepare_reference(self._trainer)
@@ -142,9 +185,9 @@ class TrainerHost:
     def reset_optimizer_moments(self) -> int:
         return trl_compat.reset_optimizer_moments(self._trainer.optimizer)
 
-    @property
-    def rollouts(self) -> RolloutService:
-        return self._trainer.ext_rollouts
+
+class EvaluationService(_OfTrainer):
+    """``evaluation``: greedy decodes and rule-based scores outside TRL's batch."""
 
     @torch.no_grad()
     def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
@@ -177,18 +220,13 @@ class TrainerHost:
             return [[{"role": "assistant", "content": text}] for text in texts]
         return texts
 
-    def prepare_scoring_model(self, model):
-        """A frozen scoring model placed like TRL's reward models for the engine in use (DeepSpeed, FSDP, DDP)."""
-        trainer = self._trainer
-        return prepare_scoring_model(model, trainer.accelerator, deepspeed=trainer.is_deepspeed_enabled)
-
     def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
         """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones are skipped);
         NaN where every function returned None."""
         trainer = self._trainer
-        kwargs = self.reward_kwargs(inputs, completion_ids=None)
+        kwargs = reward_kwargs(trainer, inputs)
         # Not TRL's batch: nothing may reach its completions table or metrics, and its environments are not these.
-        kwargs.update(log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None)
+        kwargs.update(log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None, completion_ids=None)
         kwargs.pop("environments", None)
         total = torch.zeros(len(prompts), device=trainer.accelerator.device)
         for weight, func in zip(trainer.reward_weights.tolist(), trainer.reward_funcs, strict=True):
@@ -198,46 +236,31 @@ class TrainerHost:
             total += weight * torch.tensor([float("nan") if s is None else s for s in scores], device=total.device)
         return total
 
-    def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
-        return self._trainer.ext_generator(tag, per_rank=per_rank, device=device)
 
-    def aggregate(self, per_token, mask, *, mode: str, num_items_in_batch) -> torch.Tensor:
-        trainer = self._trainer
-        return aggregate_like_loss_type(
-            per_token,
-            mask,
-            loss_type=trainer.loss_type,
-            training=mode == "train",
-            gradient_accumulation_steps=trainer.ext_accumulation_steps(),
-            steps_per_generation=self.args.steps_per_generation,
-            num_processes=trainer.accelerator.num_processes,
-            max_completion_length=trainer.max_completion_length,
-            num_items_in_batch=num_items_in_batch,
-        )
+class MonitorSource(TrainerHost):
+    """``monitor_source``: what the collapse monitor (``trl_grpo_ext.callbacks.CollapseMonitor``) reads and does in a
+    ``GRPOExtTrainer`` beyond the host (the plain-TRL one is ``adapter.plain.PlainTRLSource``): the run's arguments,
+    TRL's completions table and logged metrics, and the checkpoints of a rollback. The trainer's hooks feed it."""
 
-    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self._trainer.accelerator.gather(tensor)
+    #: The collapse monitor built on this source is fed by the hooks (observe_generation, record_entropy).
+    feeds_collapse_monitor = True
 
-    def gather_object(self, obj: list) -> list:
-        return gather_object(obj)
+    @property
+    def args(self):
+        return self._trainer.args
 
-    def log_advantages(self, per_row: torch.Tensor) -> None:
-        logged = self._trainer._logs["advantages"]
-        for _ in range(min(per_row.numel(), len(logged))):
-            logged.pop()
-        logged.extend(per_row.tolist())
+    def log_column(self, name: str, values: list) -> None:
+        """Extend a column of TRL's completions table (one value per row of the last batch)."""
+        self._trainer._logs["extra"][name].extend(values)
 
-    def zero_logged_advantages(self, rows: torch.Tensor) -> None:
-        """The advantages TRL's completions table shows for this batch's ``rows`` ((N,) bool over every process's
-        rows, the table's newest N) set to 0 (screened completions train with advantage 0)."""
-        logged = self._trainer._logs["advantages"]
-        count = min(rows.numel(), len(logged))
-        flags = rows[-count:].tolist() if count else []
-        tail = [0.0 if flag else value for value, flag in zip(list(logged)[len(logged) - count :], flags, strict=True)]
-        for _ in range(count):
-            logged.pop()
-        logged.extend(tail)
+    def metric_values(self, mode: str, name: str) -> list:
+        return trl_compat.metric_values(self._trainer, mode, name)
 
-    def reward_kwargs(self, inputs, completion_ids) -> dict[str, Any]:
-        """As TRL 1.16's ``_calculate_rewards`` builds them (``compat.reward_kwargs``), plus ``completion_ids``."""
-        return {**reward_kwargs(self._trainer, inputs), "completion_ids": completion_ids}
+    def save_checkpoint(self) -> None:
+        trl_compat.save_checkpoint(self._trainer)
+
+    def restore_checkpoint(self, folder: str) -> None:
+        trl_compat.restore_checkpoint(self._trainer, folder)
+
+    def discard_buffered_rollouts(self) -> None:
+        trl_compat.discard_buffered_rollouts(self._trainer)

@@ -1,28 +1,28 @@
-"""The hook interface of a family member, the narrow :class:`Host` it talks to, and the contexts of the hooks.
+"""The hook interface of a family member, the :class:`Host` it talks to, the services it may name, and the contexts
+of the hooks.
 
-An extension never sees the trainer: it gets a :class:`Host`, the one door to TRL (beta, metric logging, loss-type
-aggregation, seeded generators, collectives, the tokenizer, and for the members that generate outside TRL's batch the
-rollout service of :mod:`trl_grpo_ext.adapter.rollouts`). Every access to TRL's private attributes lives behind it,
-in ``trl_grpo_ext/trainer.py`` (``TrainerHost``) and the adapter package ``trl_grpo_ext/adapter`` (``RolloutService``,
-the copies of TRL code); a TRL upgrade touches those, and ``tests/test_boundary.py`` fails if a family module reaches
-past the host.
-
-A member sees the host through a :class:`HostView`: what changes TRL's run beyond the loss (generating and scoring
-rollouts, setting beta, dropping the ratio clip, callbacks, a scoring model) is in :data:`CAPABILITIES`, and a member
-uses it only where its class declares it (``Extension.host_capabilities``); anything else raises an error naming the
-capability to declare.
+A member never sees the trainer. It is built as ``Member(args, host, **services)``: ``args`` its own frozen settings
+(:class:`Extension.Args`, copied from the run's config), ``host`` the :class:`Host` every member gets (the run's state,
+metric logging, collectives, seeded generators, loss aggregation, reading beta), and as keyword-only constructor
+parameters the :data:`SERVICES` it names: what changes TRL's run beyond the loss (setting beta, dropping the ratio clip,
+generating outside TRL's batch, callbacks, a scoring model, the reference model, decoding for evaluation). Each is a
+typed object of its own, so mypy checks every use and a member holds nothing it did not name. Every access to TRL's
+private attributes lives behind them, in the adapter package ``trl_grpo_ext/adapter`` (``TrainerHost`` and the
+services of ``adapter/host.py``, ``RolloutService``); ``tests/test_boundary.py`` fails if a family module reaches past.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
+from ..adapter.host import MonitorSource
 from ..adapter.rollouts import RolloutService
 
 # The registries (trl_grpo_ext.api types them; trl_grpo_ext.names holds them for the config), re-exported here too.
@@ -42,19 +42,19 @@ from ..api import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported: tr
 from ..core.advantages import ScaleKind
 from ..core.collectives import Collectives
 from ..names import FAMILIES, registry_for  # noqa: F401  (re-exported)
-from .contracts import Receiver
+
+E = TypeVar("E", bound="Extension")
 
 
 class Host(Protocol):
-    """What an extension may use of the trainer. Implemented by ``trl_grpo_ext.adapter.host.TrainerHost``."""
+    """What every member may use of the run. Implemented by ``trl_grpo_ext.adapter.host.TrainerHost``."""
 
-    args: Any  #: the GRPOExtConfig
     collectives: Collectives  #: sums / concatenations over all processes
-    beta: float  #: KL coefficient TRL reads live in its loss (settable)
     clock: Any  #: the trainer's ``ExtClock`` of plugin time (work outside the hooks, a callback, measures with it)
-    #: generation, scoring and forwards outside TRL's batch (the ``rollout`` capability;
-    #: :mod:`trl_grpo_ext.adapter.rollouts`)
-    rollouts: RolloutService
+
+    @property
+    def beta(self) -> float:
+        """The KL coefficient TRL reads live in its loss (a KL controller sets it through :class:`BetaControl`)."""
 
     @property
     def loss_type(self) -> str: ...
@@ -68,7 +68,6 @@ class Host(Protocol):
     def reward_func_names(self) -> list[str]: ...
     @property
     def reward_weights(self) -> list[float]: ...
-    def zero_logged_advantages(self, rows: torch.Tensor) -> None: ...
     @property
     def max_steps(self) -> int: ...
     @property
@@ -84,54 +83,10 @@ class Host(Protocol):
     @property
     def top_entropy_quantile(self) -> float: ...
     @property
-    def step_reward_funcs(self) -> list[Callable]: ...
-    @property
     def ratio_clip(self) -> tuple[float, float]: ...
-
-    def drop_ratio_clip(self) -> None:
-        """Switch TRL's PPO ratio clip off (epsilon_low = epsilon_high = inf)."""
 
     def log(self, mode: str, name: str, value: float) -> None:
         """Append a value to the trainer's metrics of ``mode`` ("train" / "eval"); averaged at the next log."""
-
-    def log_column(self, name: str, values: list) -> None:
-        """Extend a column of TRL's completions table (one value per row of the last generation batch)."""
-
-    def add_callback(self, callback) -> None:
-        """Register a ``TrainerCallback`` (an observer that acts at step ends)."""
-
-    def metric_values(self, mode: str, name: str) -> list:
-        """The values logged under ``name`` (TRL's and the members') since the trainer's last log; [] if none."""
-
-    def save_checkpoint(self) -> None:
-        """Save a checkpoint now (``checkpoint-<global step>``, extension state included): every process calls it."""
-
-    def restore_checkpoint(self, folder: str) -> None:
-        """Load a checkpoint's weights, optimizer, scheduler and extension state into the running trainer (its state,
-        the record of the run, is kept): every process calls it."""
-
-    def discard_buffered_rollouts(self) -> None:
-        """Drop TRL's buffered generation batch: the next training step generates afresh."""
-
-    def prepare_reference(self) -> bool:
-        """Make TRL's reference one a reset can move (with PEFT: a frozen copy of the adapter, TRL's ``"ref"``
-        adapter); False where there is none (beta 0)."""
-
-    def reset_reference(self) -> bool:
-        """Make the reference model the current policy (a collective under ZeRO-3); False where there is none."""
-
-    def reset_optimizer_moments(self) -> int:
-        """Zero the optimizer's per-parameter state (Adam's moments, step counts); returns how many were reset."""
-
-    def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
-        """One greedy decode per (left-padded) prompt, decoded as TRL decodes completions."""
-
-    def prepare_scoring_model(self, model):
-        """A frozen scoring model (a PRM) placed as TRL places its reward models for the engine in use: wrapped by
-        DeepSpeed under ZeRO-3, sharded under FSDP. Its forwards are then collectives: run as many on every process."""
-
-    def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
-        """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones skipped)."""
 
     def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
         """A generator seeded from (seed, global step, micro-step, tag[, rank])."""
@@ -145,34 +100,80 @@ class Host(Protocol):
     def gather_object(self, obj: list) -> list:
         """Concatenate a Python list of every process."""
 
-    def log_advantages(self, per_row: torch.Tensor) -> None:
-        """Replace the advantages of the last N rows of TRL's completions table by (N,) ``per_row``."""
+
+# ---------------------------------------------------------------------------------------------------- services
+class BetaControl(Protocol):
+    """``beta_control``: set the KL coefficient TRL reads live (the KL controllers)."""
+
+    def set_beta(self, value: float) -> None:
+        """Set beta from the next loss on (checked: finite and >= 0, or an error naming the member)."""
+
+
+class RatioClip(Protocol):
+    """``ratio_clip``: switch TRL's PPO ratio clip off (KL-Cov without ``kl_cov_ppo_clip``)."""
+
+    def drop_ratio_clip(self) -> None:
+        """epsilon_low = epsilon_high = inf."""
+
+
+class ScoringModels(Protocol):
+    """``scoring``: score steps outside TRL's reward functions (PRM step rewards)."""
+
+    @property
+    def step_reward_funcs(self) -> list[Callable]: ...
+
+    def prepare_scoring_model(self, model):
+        """A frozen scoring model (a PRM) placed as TRL places its reward models for the engine in use: wrapped by
+        DeepSpeed under ZeRO-3, sharded under FSDP. Its forwards are then collectives: run as many on every process."""
 
     def reward_kwargs(self, inputs: list[dict], completion_ids: list) -> dict[str, Any]:
         """The keyword arguments TRL passes to reward functions for these rows (dataset columns, trainer_state,
         log_extra, log_metric, environments, completion_ids)."""
 
 
-#: Host members a family member may use only where its class declares the capability
-#: (``Extension.host_capabilities``); the rest of :class:`Host` (the run's state and settings, reading beta, metric
-#: logging, collectives, seeded generators, loss aggregation) is every member's.
-CAPABILITIES: dict[str, tuple[str, ...]] = {
-    # generate, score and run forwards outside TRL's own batch (AEPO, dynamic sampling)
-    "rollout": ("rollouts",),
-    "set_beta": (),  # assigning ``host.beta`` (the KL controllers); reading it is everyone's
-    "ratio_clip": ("drop_ratio_clip",),  # switch TRL's PPO ratio clip off (KL-Cov without kl_cov_ppo_clip)
-    "scoring_model": ("prepare_scoring_model", "reward_kwargs", "step_reward_funcs"),  # PRM step rewards
-    "callbacks": ("add_callback",),  # act at step ends (the collapse monitor)
-    "checkpoints": ("save_checkpoint", "restore_checkpoint", "discard_buffered_rollouts"),  # a collapse rollback
-    "evaluation": ("greedy_completions", "score_rule_based"),  # decode and score outside the batch (pass@k)
-    "completions_table": ("log_advantages", "zero_logged_advantages"),  # TRL's completions table (the trainer's own)
-    # the reference reset: TRL's reference model and the optimizer
-    "reference": ("prepare_reference", "reset_reference", "reset_optimizer_moments"),
-}  # fmt: skip
-_NEEDS = {name: capability for capability, names in CAPABILITIES.items() for name in names}
-_PROTOCOL = frozenset(
-    {name for name in vars(Host) if not name.startswith("_")} | set(Host.__annotations__) | {"feeds_collapse_monitor"}
-)
+class Callbacks(Protocol):
+    """``callbacks``: act at step ends."""
+
+    def add_callback(self, callback) -> None:
+        """Register a ``TrainerCallback``."""
+
+
+class Evaluation(Protocol):
+    """``evaluation``: decode and score outside the batch (pass@k's greedy accuracy)."""
+
+    def greedy_completions(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompts: list) -> list:
+        """One greedy decode per (left-padded) prompt, decoded as TRL decodes completions."""
+
+    def score_rule_based(self, inputs: list[dict], prompts: list, completions: list) -> torch.Tensor:
+        """(n,) weighted sum of the Python reward functions on this process's rows (model-based ones skipped)."""
+
+
+class ReferenceModel(Protocol):
+    """``reference``: TRL's reference model and the optimizer (the reference reset)."""
+
+    def prepare_reference(self) -> bool:
+        """Make TRL's reference one a reset can move (with PEFT: a frozen copy of the adapter, TRL's ``"ref"``
+        adapter); False where there is none (beta 0)."""
+
+    def reset_reference(self) -> bool:
+        """Make the reference model the current policy (a collective under ZeRO-3); False where there is none."""
+
+    def reset_optimizer_moments(self) -> int:
+        """Zero the optimizer's per-parameter state (Adam's moments, step counts); returns how many were reset."""
+
+
+#: The services a member may name as keyword-only parameters of its constructor (name -> type); the trainer passes
+#: each named one (``build_member``) and registration refuses any other name.
+SERVICES: dict[str, Any] = {
+    "beta_control": BetaControl,
+    "ratio_clip": RatioClip,
+    "scoring": ScoringModels,
+    "callbacks": Callbacks,
+    "evaluation": Evaluation,
+    "reference": ReferenceModel,
+    "rollouts": RolloutService,  # generate, score and run forwards outside TRL's batch (AEPO, dynamic sampling)
+    "monitor_source": MonitorSource,  # what the collapse monitor reads and does (checkpoints, TRL's logs)
+}
 
 
 def args_fields(member: type[Extension]) -> frozenset[str]:
@@ -186,80 +187,17 @@ def member_args(config: Any, member: type[Extension]) -> Extension.Args:
     return member.Args(**{f.name: copy.deepcopy(getattr(config, f.name)) for f in dataclasses.fields(member.Args)})
 
 
-def _private(view, name: str) -> AttributeError | None:
-    """The error for reading the host view's internals from outside (``self.host._host``)."""
-    if name.startswith("_") and not name.startswith("__"):
-        owner = object.__getattribute__(view, "_owner")
-        return AttributeError(
-            f"{owner} reads {name} of its {type(view).__name__}: a member reaches the run only through the names its "
-            "view allows (trl_grpo_ext.families.base.Host)."
-        )
-    return None
+def services_of(member: type) -> list[str]:
+    """The :data:`SERVICES` ``member``'s constructor names (its keyword-only parameters)."""
+    parameters = inspect.signature(member).parameters.values()
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
-class HostView:
-    """The :class:`Host` as one member sees it: every protocol member but the :data:`CAPABILITIES` its class did not
-    declare. Using one of those, or anything outside the protocol (the host behind the view included), is an
-    ``AttributeError`` that names the member, the capability and where to declare it, so a member cannot reach further
-    into the run than its class says. A beta it sets is checked (finite, >= 0) before TRL sees it."""
-
-    def __init__(self, host: Host, capabilities, owner: str, args=None):
-        unknown = set(capabilities) - set(CAPABILITIES)
-        if unknown:
-            raise ValueError(f"{owner}.host_capabilities: unknown {sorted(unknown)}; choose from {list(CAPABILITIES)}.")
-        object.__setattr__(self, "args", args)  # the member's Args (the same object as its self.args)
-        object.__setattr__(self, "_host", host)
-        object.__setattr__(self, "_capabilities", frozenset(capabilities))
-        object.__setattr__(self, "_owner", owner)
-
-    def __getattribute__(self, name: str):
-        error = _private(self, name)
-        if error is not None:
-            raise error
-        return object.__getattribute__(self, name)
-
-    def __getattr__(self, name: str):  # after __getattribute__ raised (private names) or found nothing
-        if name.startswith("__"):
-            raise AttributeError(name)
-        error = _private(self, name)
-        if error is not None:
-            raise error
-        owner = object.__getattribute__(self, "_owner")
-        needed = _NEEDS.get(name)
-        if needed is not None and needed not in object.__getattribute__(self, "_capabilities"):
-            raise AttributeError(
-                f"{owner} uses host.{name}, which needs the host capability {needed!r} that the class does not "
-                f"declare. Fix: add {needed!r} to {owner}.host_capabilities (trl_grpo_ext.families.base."
-                "CAPABILITIES lists what each capability allows)."
-            )
-        if name not in _PROTOCOL:
-            raise AttributeError(
-                f"{owner} uses host.{name}, which is not part of the Host protocol (trl_grpo_ext.families.base."
-                "Host): a member reaches TRL only through the host's declared members."
-            )
-        return getattr(object.__getattribute__(self, "_host"), name)
-
-    def __setattr__(self, name: str, value) -> None:
-        owner = object.__getattribute__(self, "_owner")
-        if name != "beta":
-            raise AttributeError(f"{owner} sets host.{name}: only host.beta is settable.")
-        if "set_beta" not in object.__getattribute__(self, "_capabilities"):
-            raise AttributeError(
-                f"{owner} sets host.beta, which needs the host capability 'set_beta' that the class does not "
-                f"declare. Fix: add 'set_beta' to {owner}.host_capabilities."
-            )
-        host = object.__getattribute__(self, "_host")
-        setattr(host, name, Receiver(lambda: host.global_step).beta(owner, value))
-
-
-def restrict(host: Host, member: type) -> HostView:
-    """``host`` as ``member`` (an :class:`Extension` subclass) may use it: a view of the unrestricted host whose
-    ``args`` is the member's own :class:`Extension.Args`, filled from the run's config."""
-    if isinstance(host, HostView):
-        host = object.__getattribute__(host, "_host")
-    return HostView(
-        host, getattr(member, "host_capabilities", ()), member.__name__, args=member_args(host.args, member)
-    )
+def build_member(member: type[E], config: Any, host: Host, services: dict[str, Callable[[str], Any]]) -> E:
+    """``member(args, host, **services)``: its own ``Args`` from ``config``, and each service its constructor names
+    (``services``: name -> a factory given the member's class name, for the errors a service raises)."""
+    named = {name: services[name](member.__name__) for name in services_of(member)}
+    return member(member_args(config, member), host, **named)
 
 
 class Extension:
@@ -295,10 +233,6 @@ class Extension:
     example_config: ClassVar[dict[str, Any]] = {}
     #: The docs page of the method.
     docs: ClassVar[str] = ""
-    #: The :data:`CAPABILITIES` of the host the member uses beyond what every member may (its ``self.host`` is a
-    #: :class:`HostView` that refuses the others).
-    host_capabilities: ClassVar[tuple[str, ...]] = ()
-
     #: Advantage estimators: whether :meth:`group_advantages` gives whole groups' advantages from their rewards alone
     #: (what dynamic sampling's new groups need; PRM's need step rewards).
     gives_group_advantages: ClassVar[bool] = False
@@ -326,21 +260,22 @@ class Extension:
                 )
 
     args: Args
-    #: The run as the member may use it, typed as the :class:`Host` protocol so mypy checks every use (at run time a
-    #: :class:`HostView` refusing the capabilities the class did not declare).
+    #: What every member may use of the run (typed: mypy checks every use).
     host: Host
 
-    def __init__(self, host: Host):
-        view = restrict(host, type(self))
-        self.host = cast(Host, view)
-        self.args = view.args
+    def __init__(self, args: Args, host: Host):
+        """Built by the trainer as ``Member(args, host, **services)`` (:func:`build_member`). A member using a
+        service names it as a keyword-only parameter typed as in :data:`SERVICES` and keeps it:
+        ``def __init__(self, args: Args, host: Host, *, rollouts: RolloutService)``."""
+        self.args = args
+        self.host = host
 
     @classmethod
     def check_combination(cls, args, members: dict[str, type]) -> None:
         """Refuse a configuration this member cannot run with: ``args`` is the whole config, ``members`` the selected
         member class of every family (switch -> class). Raise ``trl_grpo_ext.names.config_error(field, value,
         problem, fix)``. Rules about another family read its member's class and traits (:attr:`refills_groups`,
-        :attr:`gives_group_advantages`, ``host_capabilities``, the fields of its ``Args``), never its switch's value,
+        :attr:`gives_group_advantages`, the services it names, the fields of its ``Args``), never its switch's value,
         so they hold for registered variants too. Called by ``GRPOExtConfig.validate`` (construction, the trainer,
         ``train``).
         """

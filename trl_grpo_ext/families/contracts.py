@@ -249,12 +249,13 @@ class Receiver:
         return float(scale)
 
     def beta(self, member, value) -> float:
-        """What a member assigns to ``host.beta``: a finite real >= 0 (TRL multiplies its KL term by it)."""
+        """What a member sets beta to (``beta_control.set_beta``): a finite real >= 0 (TRL multiplies its KL term by
+        it)."""
         number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
         if isinstance(number, bool) or not isinstance(number, numbers.Real) or not math.isfinite(number) or number < 0:
             raise self.fail(
                 member,
-                "host.beta",
+                "beta_control.set_beta",
                 f"set beta to {_describe(value)}",
                 "set a finite beta >= 0 (clamp the controller's output, e.g. to [kl_beta_min, kl_beta_max])",
             )

@@ -12,7 +12,7 @@ import torch
 from ..api import Rollout, Splice
 from ..core.sample_filter import pf_keep_mask
 from ..names import config_error
-from .base import GenerationBatch
+from .base import GenerationBatch, Host, RolloutService
 from .interfaces import SAMPLE_FILTERS, FilterUpdate
 from .sample_filter import PolicyFilter
 
@@ -67,7 +67,6 @@ class DynamicSampling(PolicyFilter):
     )
     example_config = {"dynamic_sampling_max_rounds": 2}
     docs = "dynamic_sampling.md"
-    host_capabilities = ("rollout",)
     refills_groups = True
 
     @classmethod
@@ -94,18 +93,19 @@ class DynamicSampling(PolicyFilter):
                 "normalize_then_sum",
             )
 
-    def __init__(self, host):
-        super().__init__(host)
+    def __init__(self, args: Args, host: Host, *, rollouts: RolloutService):
+        super().__init__(args, host)
+        self.rollouts = rollouts
         self.strategy = "nonzero_std"  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
-        if self.args.dynamic_sampling_max_rounds:
+        if args.dynamic_sampling_max_rounds:
             # refuses, naming the fix, a train_dataset that is missing or empty
-            self.host.rollouts.draw_prompts(0, torch.Generator())
+            rollouts.draw_prompts(0, torch.Generator())
 
     def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
         if batch.mode != "train":
             return super().on_generation(batch)  # evaluation: nonzero_std's rule, only with pf_filter_eval
         args, host = self.args, self.host
-        rollouts = host.rollouts
+        rollouts = self.rollouts
         group = batch.group_size
         local_rows = len(batch.prompts)
         if local_rows % group:

@@ -22,7 +22,7 @@ from ..core.aepo import (
 )
 from ..core.state import state_number
 from ..names import config_error
-from .base import GenerationBatch, LossContext, Off
+from .base import GenerationBatch, Host, LossContext, Off, RolloutService
 from .interfaces import ENTROPY_CONTROLS, EntropyControlBase, SpliceUpdate
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,6 @@ class AEPO(EntropyControlBase):
     optional_metrics = ("aepo/entropy", "aepo/entropy_gap", "aepo/loss")
     example_config = {"aepo_adv_threshold": 0.0}
     docs = "aepo.md"
-    host_capabilities = ("rollout",)
 
     @classmethod
     def check_combination(cls, args, members) -> None:
@@ -125,15 +124,16 @@ class AEPO(EntropyControlBase):
                 "set entropy_coef=0 and use_adaptive_entropy=False, or entropy_control='none'",
             )
 
-    def __init__(self, host):
-        super().__init__(host)
-        args = self.args
-        if args.use_vllm and "temperature" in (args.generation_kwargs or {}):
+    def __init__(self, args: Args, host: Host, *, rollouts: RolloutService):
+        super().__init__(args, host)
+        self.rollouts = rollouts
+        generation_kwargs = args.generation_kwargs if isinstance(args.generation_kwargs, dict) else {}
+        if args.use_vllm and "temperature" in generation_kwargs:
             # TRL's colocated vLLM applies generation_kwargs over its own temperature at every generate call, so
             # AEPO's regeneration would silently sample at the user's value instead of aepo_temperature_high / low.
             raise ValueError(
                 "entropy_control='aepo' with use_vllm cannot sample at its own temperature while generation_kwargs "
-                f"sets temperature={args.generation_kwargs['temperature']!r} (TRL passes generation_kwargs to vLLM "
+                f"sets temperature={generation_kwargs['temperature']!r} (TRL passes generation_kwargs to vLLM "
                 "over every other sampling setting). Fix: drop 'temperature' from generation_kwargs and set "
                 "GRPOExtConfig.temperature instead."
             )
@@ -151,6 +151,7 @@ class AEPO(EntropyControlBase):
         self._window: torch.Tensor | None = None
         self._warned_split_groups = False
         processes = host.num_processes
+        assert args.generation_batch_size is not None and args.num_generations is not None  # set by GRPOConfig
         regenerated = self.regenerated_rows(args.generation_batch_size // processes, args.num_generations) * processes
         if regenerated < args.aepo_max_samples:
             # The reference's quarter assumes batches of hundreds of prompts (512 x 5 samples: 640 regenerated, the
@@ -191,7 +192,7 @@ class AEPO(EntropyControlBase):
         if batch.mode != "train":
             return None
         args, host, rules = self.args, self.host, AEPO_RULES[self.args.aepo_mode]
-        rollouts = host.rollouts
+        rollouts = self.rollouts
         start = time.perf_counter()
         if self.last_entropy is None:
             below = rules["first_step"] == "high"  # the reference starts from entropy 0: below any target
@@ -234,14 +235,14 @@ class AEPO(EntropyControlBase):
     @torch.no_grad()
     def _build_chunks(self, rollout: Rollout, rows: list[int]) -> list[dict[str, torch.Tensor]]:
         """Term mode: the kept samples in ``steps_per_generation`` micro-chunks of one fixed size, padded as TRL pads
-        its batch (``host.rollouts.tensors``), with old log-probs and, under vLLM's
+        its batch (``rollouts.tensors``), with old log-probs and, under vLLM's
         correction, TRL's IS ratio.
 
         Every process builds ``steps_per_generation`` chunks whatever it kept: a chunk with no sample of this process
         holds its first regenerated row with an all-zero loss mask, so that the policy forwards (collectives under
         FSDP / ZeRO-3) run on every process in every micro-step and the term adds exactly 0 there.
         """
-        rollouts = self.host.rollouts
+        rollouts = self.rollouts
         spg = cast(int, self.args.steps_per_generation)  # GRPOConfig.__post_init__ sets it (typed int | None)
         size = max(1, math.ceil(len(rows) / spg))
         chunks = []
@@ -274,7 +275,7 @@ class AEPO(EntropyControlBase):
         chunk = self._chunks[self.host.micro_step % len(self._chunks)]
         quantile = self.host.top_entropy_quantile
         # On every process, in every micro-step (a forward is a collective under FSDP / ZeRO-3; see _build_chunks).
-        logps, entropies = self.host.rollouts.policy_logps(chunk, compute_entropy=quantile < 1.0)  # (b, t)
+        logps, entropies = self.rollouts.policy_logps(chunk, compute_entropy=quantile < 1.0)  # (b, t)
         mask = chunk["loss_mask"]
         if quantile < 1.0:
             mask = high_entropy_mask(entropies.detach(), mask, quantile=quantile)

@@ -11,7 +11,7 @@ Each family has
 * an output type for ``on_generation``: :class:`AdvantageUpdate` (estimators, weightings: advantages only),
   :class:`FilterUpdate` (sample filters: the rows that train, and groups put in place of others),
   :class:`SpliceUpdate` (entropy control's rollout augmenters: rows put in place of others), ``None`` (KL
-  controllers, observers: they act through ``host.beta`` or callbacks). The trainer refuses, naming the member, the
+  controllers, observers: they act through their services). The trainer refuses, naming the member, the
   hook and the step, an update its family may not return (a filter's advantages, an estimator's keep flags);
 * a base class (:class:`AdvantageEstimatorBase`, ...): :class:`~.base.Extension` with the family's ``on_generation``
   narrowed to its output type; derive a member from it.
@@ -45,7 +45,7 @@ from ..api import (  # noqa: F401  (the family vocabulary, re-exported: trl_grpo
     SpliceUpdate,
     TokenClip,
 )
-from .base import Extension, GenerationBatch
+from .base import BetaControl, Callbacks, Extension, GenerationBatch, Host, ReferenceModel
 
 
 # ---------------------------------------------------------------------------------------------------- bases
@@ -75,15 +75,21 @@ class TokenClipBase(Extension):
 
 
 class ReferenceUpdateBase(Extension):
-    """Base of a reference update (:class:`ReferenceUpdate`): it replaces TRL's reference model."""
+    """Base of a reference update (:class:`ReferenceUpdate`): it moves TRL's reference model (the ``reference``
+    service) at step ends (the ``callbacks`` service)."""
 
-    host_capabilities = ("reference", "callbacks")
+    def __init__(self, args: Extension.Args, host: Host, *, reference: ReferenceModel, callbacks: Callbacks):
+        super().__init__(args, host)
+        self.reference = reference
+        self.callbacks = callbacks
 
 
 class KLControllerBase(Extension):
-    """Base of a KL controller (:class:`KLController`): it sets ``host.beta``."""
+    """Base of a KL controller (:class:`KLController`): it sets beta through the ``beta_control`` service."""
 
-    host_capabilities = ("set_beta",)
+    def __init__(self, args: Extension.Args, host: Host, *, beta_control: BetaControl):
+        super().__init__(args, host)
+        self.beta_control = beta_control
 
     def on_generation(self, batch: GenerationBatch) -> None:
         return None

@@ -12,7 +12,7 @@ from ..adapter.compat import per_token_kl
 from ..core.diversity import distinct_n_batch
 from ..core.kl_control import AdaptiveKLController, DiversityKLController
 from ..names import config_error
-from .base import GenerationBatch, LossContext, Off
+from .base import BetaControl, GenerationBatch, Host, LossContext, Off
 from .interfaces import KL_CONTROLLERS, KLControllerBase
 
 logger = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ class StepKL:
     KL sum, token count and row count (:meth:`add`); at the step's last micro-batch :meth:`add` returns the sums over
     every process (a collective every process reaches, so all decide alike) as ``(kl_mean, rows)``, else None."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._window: torch.Tensor | None = None
 
     def add(self, ctx: LossContext, host) -> tuple[float, int] | None:
@@ -42,7 +42,7 @@ class StepKL:
 
 class _BetaControl(KLControllerBase):
     """A KL family member whose ``self.controller`` owns beta: its state is the checkpointed state (the ``set_beta``
-    capability comes with ``KLControllerBase``)."""
+    service comes with ``KLControllerBase``)."""
 
     @dataclass(frozen=True)
     class Args(KLControllerBase.Args):  # the config fields every controller of beta reads
@@ -78,7 +78,7 @@ class _BetaControl(KLControllerBase):
                 self.controller.beta_max,
                 self.controller.value,
             )
-        self.host.beta = self.controller.value
+        self.beta_control.set_beta(self.controller.value)
 
 
 @KL_CONTROLLERS.register("adaptive")
@@ -87,7 +87,7 @@ class AdaptiveKL(_BetaControl):
 
     Every micro-batch adds its masked KL sum, token count and row count; at the optimizer-step boundary the sums are
     reduced over all processes (so every rank computes the same beta), the controller moves beta, and
-    ``host.beta`` (TRL reads it live, in the loss and for reference log-probs) takes the new value for the next
+    beta (TRL reads it live, in the loss and for reference log-probs) takes the new value for the next
     step. Logs ``kl/beta`` (beta used in the step), ``kl/value``, ``kl/target``.
     """
 
@@ -101,13 +101,12 @@ class AdaptiveKL(_BetaControl):
     example_config = {"beta": 0.04, "kl_target": 0.01, "kl_horizon": 100}
     docs = "adaptive_kl.md"
 
-    def __init__(self, host):
-        super().__init__(host)
-        args = self.args
+    def __init__(self, args: Args, host: Host, *, beta_control: BetaControl):
+        super().__init__(args, host, beta_control=beta_control)
         self.controller = AdaptiveKLController(
             args.beta, args.kl_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
-        self.host.beta = self.controller.value
+        self.beta_control.set_beta(self.controller.value)
         self._step_kl = StepKL()
 
     def after_loss(self, ctx: LossContext) -> None:
@@ -121,7 +120,7 @@ class AdaptiveKL(_BetaControl):
         used = host.beta
         if kl_mean != kl_mean:
             logger.warning("kl_control: no valid token in this optimizer step; beta stays at %.4g.", used)
-        host.beta = self.controller.update(kl_mean, n_steps=int(rows))
+        self.beta_control.set_beta(self.controller.update(kl_mean, n_steps=int(rows)))
         self.log_metric("train", "kl/beta", used)
         self.log_metric("train", "kl/value", kl_mean)
         self.log_metric("train", "kl/target", self.controller.target)
@@ -146,13 +145,12 @@ class DiversityKL(_BetaControl):
     example_config = {"beta": 0.04, "kl_horizon": 100}
     docs = "monitoring.md"
 
-    def __init__(self, host):
-        super().__init__(host)
-        args = self.args
+    def __init__(self, args: Args, host: Host, *, beta_control: BetaControl):
+        super().__init__(args, host, beta_control=beta_control)
         self.controller = DiversityKLController(
             args.beta, args.kl_diversity_target, args.kl_horizon, beta_min=args.kl_beta_min, beta_max=args.kl_beta_max
         )
-        self.host.beta = self.controller.value
+        self.beta_control.set_beta(self.controller.value)
         self._warned_no_ngrams = False
 
     def on_generation(self, batch: GenerationBatch) -> None:
@@ -175,7 +173,7 @@ class DiversityKL(_BetaControl):
             diversity = math.nan
         else:
             diversity = distinct_n_batch(ids, mask, n)
-            self.host.beta = self.controller.update(diversity, n_steps=ids.size(0))
+            self.beta_control.set_beta(self.controller.update(diversity, n_steps=ids.size(0)))
         self.log_metric("train", "kl/beta", used)
         self.log_metric("train", "kl/diversity", diversity)
         self.log_metric("train", "kl/diversity_target", self.controller.target)

@@ -1,7 +1,7 @@
 """Observers: members that watch training without changing it (the collapse monitor, pass@k at evaluation).
 
-They are extensions like the families' members (same hooks, same :class:`~.base.Host`), switched on by their own
-config fields instead of one switch: ``enabled(args)`` says whether a run builds them.
+They are extensions like the families' members (same hooks, same :class:`~.base.Host`, services by name), switched
+on by their own config fields instead of one switch: ``enabled(args)`` says whether a run builds them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..callbacks import CollapseMonitor, monitor_metric_keys
 from ..core.diversity import pass_at_k
 from ..core.registry import Registry
 from ..detector import detector_from_config
-from .base import GenerationBatch, LossContext
+from .base import Callbacks, Evaluation, GenerationBatch, Host, LossContext, MonitorSource
 from .interfaces import Observer, ObserverBase
 from .registration import check_member_class
 
@@ -66,7 +66,6 @@ class CollapseObserver(ObserverBase):
     args: Args
 
     docs = "monitoring.md"
-    host_capabilities = ("callbacks", "checkpoints")
     #: Every key the monitor can log; an instance holds those its run logs (``diversity_metrics``,
     #: ``diversity_ngram_sizes``).
     metrics = monitor_metric_keys()
@@ -75,17 +74,17 @@ class CollapseObserver(ObserverBase):
     def enabled(args) -> bool:
         return bool(args.diversity_metrics)
 
-    def __init__(self, host):
-        super().__init__(host)
-        args, host = self.args, self.host
-        self.metrics = monitor_metric_keys(
+    def __init__(self, args: Args, host: Host, *, monitor_source: MonitorSource, callbacks: Callbacks):
+        super().__init__(args, host)
+        # this run's keys, of every key the class declares (the trainer reads an instance's)
+        self.metrics = monitor_metric_keys(  # type: ignore[misc]
             args.diversity_metrics,
             args.diversity_ngram_sizes,
             detector=args.collapse_detector != "none",
             audits=bool(args.collapse_audit_rewards),
         )
         self.monitor = CollapseMonitor(
-            host,
+            monitor_source,
             metrics=args.diversity_metrics,
             ngram_sizes=args.diversity_ngram_sizes,
             repetition_n=args.diversity_repetition_n,
@@ -104,7 +103,7 @@ class CollapseObserver(ObserverBase):
             shape_acts=args.collapse_shape_acts,
             rollback_then=args.collapse_rollback_then,
         )
-        host.add_callback(self.monitor)  # logs at step ends and acts on the alarm (save / stop)
+        callbacks.add_callback(self.monitor)  # logs at step ends and acts on the alarm (save / stop)
 
     def on_generation(self, batch: GenerationBatch) -> None:
         ids, mask = batch.global_completions()
@@ -136,7 +135,6 @@ class PassAtK(ObserverBase):
     args: Args
 
     docs = "monitoring.md"
-    host_capabilities = ("evaluation",)
     #: Evaluation keys (``eval_`` prefixed in the logs): one ``pass@k/sampled_{k}`` per ``eval_pass_at_k``, and the
     #: greedy accuracy with ``eval_pass_greedy``.
     metrics = ("pass@k/sampled_{k}", "pass@k/greedy")
@@ -144,6 +142,10 @@ class PassAtK(ObserverBase):
     @staticmethod
     def enabled(args) -> bool:
         return bool(args.eval_pass_at_k)
+
+    def __init__(self, args: Args, host: Host, *, evaluation: Evaluation):
+        super().__init__(args, host)
+        self.evaluation = evaluation
 
     def on_generation(self, batch: GenerationBatch) -> None:
         if batch.mode != "eval":
@@ -166,10 +168,10 @@ class PassAtK(ObserverBase):
         # Every process decodes (a collective under FSDP / ZeRO-3), one with no group start on its first row, unscored.
         decode = rows or [0]
         prompts = [batch.prompts[i] for i in decode]
-        completions = host.greedy_completions(out["prompt_ids"][decode], out["prompt_mask"][decode], prompts)
+        completions = self.evaluation.greedy_completions(out["prompt_ids"][decode], out["prompt_mask"][decode], prompts)
         local_correct = torch.zeros(0, device=host.device)
         if rows:
-            total = host.score_rule_based([batch.inputs[i] for i in rows], prompts, completions)
+            total = self.evaluation.score_rule_based([batch.inputs[i] for i in rows], prompts, completions)
             local_correct = (torch.nan_to_num(total, nan=float("-inf")) >= self.args.eval_pass_threshold).float()
         stats = torch.stack([local_correct.sum(), torch.tensor(float(len(rows)), device=host.device)])
         stats = host.collectives.all_sum(stats)

@@ -12,7 +12,7 @@ from ..core.advantages import StdKind, group_relative_advantages
 from ..core.prm import prm_step_advantages
 from ..prm.segmentation import segment_completion
 from ..prm.sources import CausalLMPRM, TokenClassificationPRM, call_step_function, source_name, sum_step_rewards
-from .base import GenerationBatch
+from .base import GenerationBatch, Host, ScoringModels
 from .interfaces import ADVANTAGE_ESTIMATORS, AdvantageEstimatorBase, AdvantageUpdate
 
 logger = logging.getLogger(__name__)
@@ -54,27 +54,32 @@ class PRMAdvantage(AdvantageEstimatorBase):
         "prm/adv_abs_mean",
     )
     docs = "prm.md"
-    host_capabilities = ("scoring_model",)
 
-    def __init__(self, host):
-        super().__init__(host)
-        args, host = self.args, self.host
-        self.sources = list(host.step_reward_funcs)
+    def __init__(self, args: Args, host: Host, *, scoring: ScoringModels):
+        super().__init__(args, host)
+        self.scoring = scoring
+        self.sources = list(scoring.step_reward_funcs)
         if args.prm_model_name_or_path is not None:
-            kwargs = dict(batch_size=args.prm_batch_size, device=host.device)
+            model: TokenClassificationPRM | CausalLMPRM
             if args.prm_model_type == "token_classification":
-                model = TokenClassificationPRM(args.prm_model_name_or_path, separator=args.prm_step_separator, **kwargs)
+                model = TokenClassificationPRM(
+                    args.prm_model_name_or_path,
+                    separator=args.prm_step_separator,
+                    batch_size=args.prm_batch_size,
+                    device=host.device,
+                )
             else:
                 model = CausalLMPRM(
                     args.prm_model_name_or_path,
                     step_tag=args.prm_causal_step_tag,
                     good_token=args.prm_causal_good_token,
                     bad_token=args.prm_causal_bad_token,
-                    **kwargs,
+                    batch_size=args.prm_batch_size,
+                    device=host.device,
                 )
             # Placed like TRL's reward models (ZeRO-3: a DeepSpeed engine; FSDP: sharded). Its forwards are then
             # collectives: every process scores its B completions in the same ceil(B / prm_batch_size) forwards.
-            model.model = host.prepare_scoring_model(model.model)
+            model.model = scoring.prepare_scoring_model(model.model)
             self.sources.append(model)
         if not self.sources:
             raise ValueError(
@@ -100,7 +105,7 @@ class PRMAdvantage(AdvantageEstimatorBase):
             for i in range(ids.size(0))
         ]
         steps = [s.texts for s in segments]
-        kwargs = host.reward_kwargs(batch.inputs, batch.completion_ids_list)  # what TRL passes reward functions
+        kwargs = self.scoring.reward_kwargs(batch.inputs, batch.completion_ids_list)  # what TRL passes reward functions
         scored = [
             call_step_function(src, source_name(src), batch.prompts, batch.completions, steps, **kwargs)
             for src in self.sources

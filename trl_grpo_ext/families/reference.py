@@ -21,7 +21,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..names import config_error
-from .base import LossContext, Off
+from .base import Callbacks, Host, LossContext, Off, ReferenceModel
 from .interfaces import REFERENCE_UPDATES, ReferenceUpdateBase
 from .kl_control import StepKL
 
@@ -84,9 +84,9 @@ class ReferenceReset(ReferenceUpdateBase):
                 "use one: sync_ref_model=False for the reset, or ref_update='none' for TRL's mixing",
             )
 
-    def __init__(self, host):
-        super().__init__(host)
-        if not self.host.prepare_reference():
+    def __init__(self, args: Args, host: Host, *, reference: ReferenceModel, callbacks: Callbacks):
+        super().__init__(args, host, reference=reference, callbacks=callbacks)
+        if not reference.prepare_reference():
             raise config_error(
                 "ref_update", "reset", "this run has no reference model to reset", "set beta > 0, or ref_update='none'"
             )
@@ -95,7 +95,7 @@ class ReferenceReset(ReferenceUpdateBase):
         self._step_kl = StepKL()
         self._due = False
         self._resumed_after_reset = False
-        self.host.add_callback(_AtStepEnd(self))
+        callbacks.add_callback(_AtStepEnd(self))
 
     def after_loss(self, ctx: LossContext) -> None:
         if ctx.mode != "train":
@@ -133,9 +133,9 @@ class ReferenceReset(ReferenceUpdateBase):
             self._reset(self.host.global_step)
 
     def _reset(self, step: int) -> None:
-        self.host.reset_reference()
+        self.reference.reset_reference()
         if self.args.ref_reset_optimizer:
-            self.host.reset_optimizer_moments()
+            self.reference.reset_optimizer_moments()
         self.count += 1
         self.last_reset = step
 

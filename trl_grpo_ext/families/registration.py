@@ -2,12 +2,12 @@
 output side is :mod:`~trl_grpo_ext.families.contracts`, where the trainer receives what members return).
 
 - :func:`check_member_class` (every family registry's ``check``, wired by ``trl_grpo_ext.families``): the class is
-  an :class:`~trl_grpo_ext.families.base.Extension` subclass built from the host alone, it implements a hook its
-  family needs itself (a family base's no-op does not count) with the parameters the trainer passes, no public
-  method of it is a misspelt hook, its ``Args`` is a frozen dataclass of its base's ``Args`` and its
-  ``host_capabilities`` known ones. A user's variant that breaks one fails at its ``@REGISTRY.register(...)`` line
-  with the class, the rule and the fix, instead of at the first step (or never, as a silent no-op).
-- :func:`check_selection` (``GRPOExtConfig.validate``): the rules of the selected members, by capability and
+  an :class:`~trl_grpo_ext.families.base.Extension` subclass built as ``(args, host, **services)`` with known
+  services, it implements a hook its family needs itself (a family base's no-op does not count) with the parameters
+  the trainer passes, no public method of it is a misspelt hook, and its ``Args`` is a frozen dataclass of its base's
+  ``Args``. A user's variant that breaks one fails at its ``@REGISTRY.register(...)`` line with the class, the rule
+  and the fix, instead of at the first step (or never, as a silent no-op).
+- :func:`check_selection` (``GRPOExtConfig.validate``): the rules of the selected members, by named service and
   declared field, then each member's own ``check_combination``.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..api import FAMILY_INTERFACES, HOOKS
 from ..names import config_error
-from .base import CAPABILITIES, Extension, args_fields
+from .base import SERVICES, Extension, args_fields, services_of
 from .contracts import MemberContractError
 
 
@@ -40,14 +40,7 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             "(Extension) with the hook your function implements (see docs/index.md, 'Adding a variant')."
         )
     cls = obj.__name__
-    try:
-        inspect.signature(obj).bind(object())
-    except TypeError:
-        raise MemberContractError(
-            f"{where}: {cls}({', '.join(inspect.signature(obj).parameters)}) cannot be built from the host alone: the "
-            f"trainer builds every member as {cls}(host). Fix: def __init__(self, host): super().__init__(host) (read "
-            "settings from self.args, declared in its Args)."
-        ) from None
+    _check_constructor(obj, where)
     old = next((klass for klass in obj.__mro__ if "config_fields" in vars(klass)), None)
     if old is not None:  # the class or a base of its own still declares the fields the old way
         raise MemberContractError(
@@ -75,12 +68,6 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
         raise MemberContractError(
             f"{where}: {cls}.Args gives {defaulted} a default: the config's default is the only one (a member's "
             f"Args copies the run's values). Fix: declare them without a default."
-        )
-    capabilities = getattr(obj, "host_capabilities", ())
-    if isinstance(capabilities, str) or set(capabilities) - set(CAPABILITIES):
-        raise MemberContractError(
-            f"{where}: {cls}.host_capabilities = {capabilities!r}: each must be one of {list(CAPABILITIES)}, in a "
-            "tuple. Fix: declare the capabilities the member uses, e.g. host_capabilities = ('rollout',)."
         )
     if getattr(obj, "is_off", False):
         return
@@ -120,6 +107,27 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             ) from None
 
 
+def _check_constructor(obj: type, where: str) -> None:
+    """The trainer builds a member as ``obj(args, host, **services)``: two positional parameters, and keyword-only
+    ones each naming a :data:`~trl_grpo_ext.families.base.SERVICES` entry."""
+    cls, parameters = obj.__name__, inspect.signature(obj).parameters.values()
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = [p.name for p in parameters if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unknown = [name for name in services_of(obj) if name not in SERVICES]
+    if len(positional) != 2 or variadic or unknown:
+        problem = (
+            f"names the unknown service(s) {unknown} (the services: {list(SERVICES)})"
+            if unknown
+            else f"takes ({', '.join(p.name for p in parameters)})"
+        )
+        raise MemberContractError(
+            f"{where}: {cls}.__init__ {problem}: the trainer builds every member as {cls}(args, host, **services), "
+            "passing each service its constructor names as a keyword-only parameter. Fix: def __init__(self, args: "
+            "Args, host: Host, *, rollouts: RolloutService): super().__init__(args, host) (only the services you use; "
+            "settings come in args, declared in its Args)."
+        )
+
+
 def _is_family_base(klass: type) -> bool:
     """Whether ``klass`` is one of the library's family bases (``Extension`` and the ``*Base`` classes of
     ``families.interfaces``), whose hooks are no-ops: inheriting one implements nothing."""
@@ -155,9 +163,10 @@ def _misspelt_hooks(obj: type) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------------- combinations
 def check_selection(args, members: dict[str, Any]) -> None:
     """The rules of the selected members (family switch -> member class, "off" members included), raised as the
-    config's ``ValueError`` naming the field and the fix: first the rules by capability and declared fields, which hold
-    for any member, then each member's own :meth:`~trl_grpo_ext.families.base.Extension.check_combination` (inherited
-    by its subclasses, so a variant of a built-in keeps the built-in's rules). No rule reads a switch's value."""
+    config's ``ValueError`` naming the field and the fix: first the rules by named service and declared fields, which
+    hold for any member, then each member's own :meth:`~trl_grpo_ext.families.base.Extension.check_combination`
+    (inherited by its subclasses, so a variant of a built-in keeps the built-in's rules). No rule reads a switch's
+    value."""
     selected = [cls for cls in members.values() if not getattr(cls, "is_off", False)]
     known = {f.name for f in dataclasses.fields(args)}
     for switch, member in members.items():
@@ -168,7 +177,7 @@ def check_selection(args, members: dict[str, Any]) -> None:
                 f"not fields of {type(args).__name__}. Fix: list the fields the member reads by their exact names (a "
                 "field of your own: subclass GRPOExtConfig with it and pass that config as args)."
             )
-    if args.prm_model_name_or_path is not None and not any("scoring_model" in m.host_capabilities for m in selected):
+    if args.prm_model_name_or_path is not None and not any("scoring" in services_of(m) for m in selected):
         raise config_error(
             "prm_model_name_or_path",
             args.prm_model_name_or_path,
@@ -185,7 +194,7 @@ def check_selection(args, members: dict[str, Any]) -> None:
             "its advantages without a standard deviation), so it would do nothing",
             "keep advantage_std='sample', or use advantage_estimator='grpo' (or 'prm')",
         )
-    setters = [switch for switch, m in members.items() if "set_beta" in m.host_capabilities]
+    setters = [switch for switch, m in members.items() if "beta_control" in services_of(m)]
     if setters and args.beta == 0.0:
         raise config_error(
             "beta",

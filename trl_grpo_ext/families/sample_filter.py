@@ -10,7 +10,7 @@ import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
-from .base import KEEP_KEY, GenerationBatch, LossContext, Off
+from .base import KEEP_KEY, GenerationBatch, Host, LossContext, Off
 from .interfaces import SAMPLE_FILTERS, FilterUpdate, SampleFilterBase
 
 logger = logging.getLogger(__name__)
@@ -45,9 +45,9 @@ class PolicyFilter(SampleFilterBase):
     optional_metrics: ClassVar[tuple[str, ...]] = ("filter/dropped_reward_mean",)  # when a row was dropped
     docs = "pf_ppo.md"
 
-    def __init__(self, host):
-        super().__init__(host)
-        self.strategy = self.args.sample_filter
+    def __init__(self, args: Args, host: Host):
+        super().__init__(args, host)
+        self.strategy = args.sample_filter
 
     def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
         if batch.mode == "eval" and not self.args.pf_filter_eval:

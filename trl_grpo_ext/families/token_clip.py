@@ -24,7 +24,7 @@ from ..core.token_clip import (
     token_covariance,
 )
 from ..names import config_error
-from .base import LossContext, Off
+from .base import Host, LossContext, Off, RatioClip
 from .interfaces import TOKEN_CLIPS, TokenClipBase
 
 logger = logging.getLogger(__name__)
@@ -168,7 +168,6 @@ class KLCov(_CovarianceClip):
     optional_metrics = ("kl_cov/selected_cov_mean",)  # when a token was selected
     example_config = {"kl_cov_ratio": 0.05, "num_iterations": 2}
     docs = "clip_cov_kl_cov.md"
-    host_capabilities = ("ratio_clip",)
 
     @classmethod
     def check_combination(cls, args, members) -> None:
@@ -198,17 +197,16 @@ class KLCov(_CovarianceClip):
                 "loss_type",
             )
 
-    def __init__(self, host):
-        super().__init__(host)
-        host = self.host
-        if not self.args.kl_cov_ppo_clip:
+    def __init__(self, args: Args, host: Host, *, ratio_clip: RatioClip):
+        super().__init__(args, host)
+        if not args.kl_cov_ppo_clip:
             logger.warning(
                 "token_clip='kl_cov' with kl_cov_ppo_clip=False switches TRL's PPO ratio clip off (epsilon_low=%s, "
                 "epsilon_high=%s -> no clip), as the KL-Cov paper and verl do; the KL-Cov penalty is the only trust "
                 "region. Set kl_cov_ppo_clip=True to keep TRL's clip (DAPO's clip-higher, CISPO's cap).",
                 *host.ratio_clip,
             )
-            host.drop_ratio_clip()
+            ratio_clip.drop_ratio_clip()
 
     def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         cov = self.covariance(logps, ctx)
@@ -262,7 +260,6 @@ class DPPO(TokenClipBase):
     optional_metrics = ("dppo/log_ratio_sq_mean",)  # with dppo_log_ratio_coef > 0
     example_config = {"dppo_divergence": "tv", "dppo_delta_low": 0.2, "dppo_delta_high": 0.2, "num_iterations": 2}
     docs = "dppo.md"
-    host_capabilities = ("ratio_clip",)
 
     @classmethod
     def check_combination(cls, args, members) -> None:
@@ -295,9 +292,9 @@ class DPPO(TokenClipBase):
                 "(its sampling log-probs are the anchor)",
             )
 
-    def __init__(self, host):
-        super().__init__(host)
-        self.host.drop_ratio_clip()  # the trust region replaces the clip (verl, prime-rl, the paper)
+    def __init__(self, args: Args, host: Host, *, ratio_clip: RatioClip):
+        super().__init__(args, host)
+        ratio_clip.drop_ratio_clip()  # the trust region replaces the clip (verl, prime-rl, the paper)
 
     @staticmethod
     def anchor(ctx: LossContext) -> torch.Tensor:
