@@ -118,23 +118,23 @@ def aggregate_single_process(trainer, per_token, inputs, loss_type, *, training=
 
 
 class LogpProbe:
-    """Extension that keeps the differentiable log-probs of the last loss call (``.logps.grad`` after backward)."""
+    """Keeps the differentiable log-probs of the last loss call (``.logps.grad`` after backward), as the policy forward
+    gave them before any member acted, and the loss context after the members acted (``.ctx``)."""
 
     def __init__(self):
-        self.logps = None
+        self.logps = self.ctx = None
 
     def install(self, trainer):
-        from trl_grpo_ext.families import Extension
+        forward = trainer.ext_on_policy_forward
 
-        probe = self
+        def probed(logps, entropies, ctx):
+            logps.retain_grad()
+            self.logps = logps
+            out = forward(logps, entropies, ctx)
+            self.ctx = ctx
+            return out
 
-        class _Probe(Extension):
-            def modify_logps(self, logps, ctx):
-                ctx.logps.retain_grad()
-                probe.logps = ctx.logps
-                return logps
-
-        trainer.extensions = {"probe": trainer.ext_build(_Probe), **trainer.extensions}
+        trainer.ext_on_policy_forward = probed
         return self
 
 

@@ -393,30 +393,67 @@ def test_handoffs_live_in_the_call_not_on_the_trainer(make_trainer, train_datase
     assert seen == [None]
 
 
-def test_one_member_selects_tokens(make_trainer, train_dataset):
+def test_the_token_clip_selects_tokens_and_each_slot_runs_only_its_familys_hooks(make_trainer, train_dataset):
     """A token clip returns its selection from ``select_tokens``; the trainer stores it in ``ctx.selected`` for the
-    member's other hooks, and refuses a second selecting member naming both."""
-    from trl_grpo_ext.families.base import Extension
+    member's other hooks. The trainer calls each slot only through its family's hooks, in the order of the family
+    interfaces; a member overriding another family's hook (a second selection, a KL controller's loss_scale) is refused
+    at registration, naming the hook and the fix."""
+    from trl_grpo_ext.api import FAMILY_INTERFACES
+    from trl_grpo_ext.families import KL_CONTROLLERS, SAMPLE_FILTERS
+    from trl_grpo_ext.families.contracts import MemberContractError
+    from trl_grpo_ext.families.interfaces import KLControllerBase, SampleFilterBase
 
     trainer = make_trainer(token_clip="kl_cov", kl_cov_ratio=0.2, num_iterations=2, beta=0.0)
     inputs = scored_batch(trainer, train_dataset)
     seen = []
+    clip = type(trainer.extensions.token_clip)
 
-    class Watcher(Extension):
+    class Watcher(clip):
         def extra_loss(self, ctx):
             seen.append(ctx.selected)
+            return super().extra_loss(ctx)
 
-    trainer.extensions["watcher"] = trainer.ext_build(Watcher)
+    trainer.extensions["token_clip"] = trainer.ext_build(Watcher)
     trainer._compute_loss(trainer.model, inputs)
     assert seen and seen[0].dtype == torch.bool and bool(seen[0].any())
 
-    class Greedy(Extension):
-        def select_tokens(self, logps, ctx):
-            return torch.ones_like(logps, dtype=torch.bool)
+    with pytest.raises(MemberContractError, match=r"Greedy\.select_tokens is no sample_filter hook.*would never run"):
 
-    trainer.extensions["greedy"] = trainer.ext_build(Greedy)
-    with pytest.raises(ValueError, match=r"Two members select tokens in one run \('token_clip' and 'greedy'\)"):
-        trainer._compute_loss(trainer.model, inputs)
+        @SAMPLE_FILTERS.register("greedy_filter")
+        class Greedy(SampleFilterBase):
+            def on_generation(self, batch):
+                return None
+
+            def select_tokens(self, logps, ctx):
+                return torch.ones_like(logps, dtype=torch.bool)
+
+    with pytest.raises(MemberContractError, match=r"Scaling\.loss_scale is no kl_control hook"):
+
+        @KL_CONTROLLERS.register("scaling_kl")
+        class Scaling(KLControllerBase):
+            def after_loss(self, ctx):
+                pass
+
+            def loss_scale(self, inputs, mode):
+                return 0.5
+
+    assert "greedy_filter" not in SAMPLE_FILTERS and "scaling_kl" not in KL_CONTROLLERS
+    # the per-hook slot lists are the family interfaces: each family's hook runs, and only there
+    from trl_grpo_ext.families.slots import Slots
+
+    slots = Slots()
+    for switch in FAMILY_INTERFACES.keys() - {"observer"}:
+        slots[switch] = switch  # a stand-in per family, to read where each is called
+    slots["watch"] = "observer"
+    calls = {
+        "on_generation": slots.generating(),
+        "modify_logps": slots.logp_modifiers(),
+        "extra_loss": slots.loss_terms(),
+        "after_loss": slots.after_loss(),
+    }
+    for hook, called in calls.items():
+        expected = [family for family, face in FAMILY_INTERFACES.items() if hook in face.hooks]
+        assert sorted(called) == sorted(expected), hook
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "config").glob("*.py")), ids=lambda p: p.name)

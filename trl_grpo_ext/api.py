@@ -30,7 +30,8 @@ import torch
 from . import names
 from .core.registry import Registry
 
-#: The hooks the trainer calls on every member (``Extension``'s), in the order it calls them.
+#: Every hook of a member (``Extension``'s), in the order the trainer calls them; it calls each member only through
+#: its family's (:data:`FAMILY_INTERFACES`), plus ``state_dict`` / ``load_state_dict``.
 HOOKS = (
     "on_generation",
     "group_advantages",
@@ -362,8 +363,8 @@ class TokenClip(Member, Protocol):
 
 
 class KLController(Member, Protocol):
-    """``kl_control``: measures in ``on_generation`` / ``after_loss`` and sets ``host.beta`` (capability
-    ``set_beta``; checked finite and >= 0); its ``on_generation`` returns nothing."""
+    """``kl_control``: measures in ``on_generation`` / ``after_loss`` and sets beta (its ``beta_control`` service;
+    checked finite and >= 0); its ``on_generation`` returns nothing."""
 
     def on_generation(self, batch: GenerationBatch) -> None: ...
     def after_loss(self, ctx: LossContext) -> None: ...
@@ -381,7 +382,7 @@ class EntropyControl(Member, Protocol):
 
 
 class ReferenceUpdate(Member, Protocol):
-    """``ref_update``: measures in ``after_loss`` and replaces TRL's reference model (capability ``reference``; a
+    """``ref_update``: measures in ``after_loss`` and replaces TRL's reference model (its ``reference`` service; a
     reset acts at the step's end, through a callback), optionally with the optimizer's moments."""
 
     def after_loss(self, ctx: LossContext) -> None: ...
@@ -459,7 +460,7 @@ FAMILY_INTERFACES: dict[str, FamilyInterface] = {
     "kl_control": FamilyInterface(
         KLController,
         ("on_generation", "after_loss"),
-        "a KL controller sets host.beta from what on_generation or after_loss measured",
+        "a KL controller sets beta from what on_generation or after_loss measured",
         frozenset(),
         None,
     ),

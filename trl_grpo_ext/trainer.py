@@ -46,10 +46,11 @@ from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroup
 from .checkpoints import STATE_FILE, checkpoint_damage, last_complete_checkpoint
 from .config import PLUGIN_FIELDS, GRPOExtConfig
 from .core.advantages import MAX_ABS_REWARD
-from .families import FAMILIES, TRAINER_METRICS, Extension, GenerationBatch, LossContext, declared_metrics
+from .families import FAMILIES, TRAINER_METRICS, GenerationBatch, LossContext, declared_metrics
 from .families.base import KEEP_KEY, E, GenerationUpdate, build_member, services_of
 from .families.contracts import Receiver
 from .families.observers import OBSERVERS
+from .families.slots import Slots
 
 logger = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ class GRPOExtTrainer(TRLHooks):
         args.validate()  # a field changed since the config was built gets the error construction would have given
         selected = {switch: registry.get(getattr(args, switch)) for switch, registry in FAMILIES.items()}
         if step_reward_funcs is not None and not any("scoring" in services_of(m) for m in selected.values()):
-            # host.step_reward_funcs needs the capability: no selected member would read them
+            # only a member naming the scoring service reads them: none is selected
             raise ValueError(
                 "step_reward_funcs are used only with advantage_estimator='prm' (a member that scores steps); set "
                 "GRPOExtConfig.advantage_estimator='prm' or drop step_reward_funcs."
@@ -286,10 +287,12 @@ class GRPOExtTrainer(TRLHooks):
         self._check_validation_size()
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
-        self.extensions: dict[str, Extension] = {}
+        self.extensions = Slots()  # one typed slot per family, then the observers
         self.ext_receiver = Receiver(lambda: self.state.global_step)  # checks every member output it receives
         # the rollout room's door to TRL
-        self.ext_rollouts = RolloutService(self, members=self.extensions.values(), receiver=self.ext_receiver)
+        self.ext_rollouts = RolloutService(
+            self, estimator=lambda: self.extensions.advantage_estimator, receiver=self.ext_receiver
+        )
         self.ext_host = services.TrainerHost(self)
         for switch, registry in FAMILIES.items():  # one member per family, in the order the hooks run
             cls = registry.get(getattr(args, switch))
@@ -448,8 +451,9 @@ class GRPOExtTrainer(TRLHooks):
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         splices = []
         rows = batch.rewards.numel()  # every process's rows
-        for key, extension in self.extensions.items():
-            family = key if key in FAMILIES else "observer"
+        families = {id(member): key if key in FAMILIES else "observer" for key, member in self.extensions.items()}
+        for extension in self.extensions.generating():
+            family = families[id(extension)]
             update = self.ext_receiver.generation_update(
                 extension, extension.on_generation(batch), rows=rows, family=family,
                 width=lambda: batch.global_completions()[1].size(1),
@@ -477,12 +481,12 @@ class GRPOExtTrainer(TRLHooks):
             return
         flags = monitor.last_flags  # (N,) every process's rows
         advantages = batch.output["advantages"]  # (B,) or (B, T)
-        estimator = self.extensions.get("advantage_estimator")
+        estimator = self.extensions.advantage_estimator
         regroup = (
             bool(flags.any())
             and estimator is not None
             and type(estimator).gives_group_advantages
-            and "advantage_weighting" not in self.extensions
+            and self.extensions.advantage_weighting is None
             and self.args.multi_objective_aggregation == "sum_then_normalize"
             and advantages.dim() == 1
         )
@@ -539,9 +543,9 @@ class GRPOExtTrainer(TRLHooks):
             mode = "train" if self.model.training else "eval"
             completion_mask = inputs["completion_mask"]
             mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-            row_scale = 1.0
-            for extension in self.extensions.values():
-                row_scale *= self.ext_receiver.loss_scale(extension, extension.loss_scale(inputs, mode))
+            row_scale, sample_filter = 1.0, self.extensions.sample_filter
+            if sample_filter is not None:
+                row_scale = self.ext_receiver.loss_scale(sample_filter, sample_filter.loss_scale(inputs, mode))
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
             ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
@@ -550,11 +554,11 @@ class GRPOExtTrainer(TRLHooks):
     def ext_finish_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         """TRL's loss of the micro-batch, plus the members' loss terms; their ``after_loss``."""
         with self.ext_clock.measure():
-            for extension in self.extensions.values():
+            for extension in self.extensions.loss_terms():
                 term = self.ext_receiver.loss_term(extension, extension.extra_loss(ctx))
                 if term is not None:
                     loss = loss + term
-            for extension in self.extensions.values():
+            for extension in self.extensions.after_loss():
                 extension.after_loss(ctx)
         return loss
 
@@ -568,32 +572,20 @@ class GRPOExtTrainer(TRLHooks):
         with self.ext_clock.measure():
             # TRL's loss reads inputs["advantages"] after this call; ctx.inputs is this micro-batch's own dict
             advantages = ctx.inputs["advantages"]
-            receive, (rows, width) = self.ext_receiver, logps.shape
-            for extension in self.extensions.values():
-                shaped = extension.shape_advantages(advantages, ctx)
-                advantages = receive.shaped_advantages(extension, shaped, given=advantages, rows=rows, width=width)
+            receive, (rows, width), weighting = self.ext_receiver, logps.shape, self.extensions.advantage_weighting
+            if weighting is not None:
+                shaped = weighting.shape_advantages(advantages, ctx)
+                advantages = receive.shaped_advantages(weighting, shaped, given=advantages, rows=rows, width=width)
             ctx.inputs["advantages"] = advantages
             ctx.policy_weight = trl_policy_weight(
                 self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=ctx.inputs, old_logps=ctx.old_logps
             )
-            ctx.selected = self._selection(logps, ctx)
-            for extension in self.extensions.values():
+            clip = self.extensions.token_clip  # the one member that selects tokens
+            if clip is not None:
+                ctx.selected = receive.selection(clip, clip.select_tokens(logps, ctx), like=logps)
+            for extension in self.extensions.logp_modifiers():
                 logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps)
         return logps
-
-    def _selection(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
-        """The (B, T) tokens the one selecting member (a token clip) returned from ``select_tokens``, or None."""
-        chosen = None
-        for name, extension in self.extensions.items():
-            selected = self.ext_receiver.selection(extension, extension.select_tokens(logps, ctx), like=logps)
-            if selected is not None:
-                if chosen is not None:
-                    raise ValueError(
-                        f"Two members select tokens in one run ({chosen[0]!r} and {name!r}): ctx.selected holds one "
-                        "selection. Fix: switch one of them off."
-                    )
-                chosen = (name, selected)
-        return None if chosen is None else chosen[1]
 
     # ------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, *args, **kwargs):

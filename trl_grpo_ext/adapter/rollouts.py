@@ -7,8 +7,8 @@ Everything they do outside TRL's own batch is here:
 
 - :class:`RolloutService`: the door to TRL for it (generation through TRL's ``_generate`` at another temperature,
   scoring through the trainer's reward functions, drawing training prompts, policy / reference log-probs, vLLM's
-  importance-sampling ratio). A member reaches it as ``host.rollouts`` where its class declares the ``rollout``
-  capability; it is the only object of the families that touches TRL's generation;
+  importance-sampling ratio). A member names it as its ``rollouts`` service (a keyword-only
+  constructor parameter); it is the only object of the families that touches TRL's generation;
 - :func:`rollout_tensors`: a rollout padded as TRL pads its batch (prompts on the left, completions on the right,
   ``pad_to_multiple_of``, ``mask_truncated_completions``, tool / env masks, the sampler's log-probs);
 - :func:`apply_splice`: those rows written over the first rows of TRL's generation output, every (B, T) entry widened
@@ -27,7 +27,7 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 
 
 class RolloutService:
-    """Generation, scoring and forwards outside TRL's own batch, through the trainer's TRL 1.16 methods: what a member
-    that declares the ``rollout`` capability reaches as ``host.rollouts`` (AEPO, dynamic sampling).
+    """Generation, scoring and forwards outside TRL's own batch, through the trainer's TRL 1.16 methods: the
+    ``rollouts`` service of the members that name it (AEPO, dynamic sampling).
 
     TRL 1.16 surface used here (declared in ``compat.TRL_SURFACE``, pinned by ``tests/test_trl_contract.py``):
     ``_generate``, ``_calculate_rewards``, ``_get_per_token_logps_and_entropies``, ``_metrics``, ``_tokenizer``,
@@ -56,14 +56,14 @@ class RolloutService:
 
     Args:
         trainer: the ``GRPOTrainer`` whose model, reward functions and dataset the rollouts use.
-        members: the run's family members, in hook order, read at each call (the trainer passes its live
-            ``extensions.values()``: it builds the members after the service); :meth:`group_advantages` asks them.
+        estimator: gives the run's advantage estimator (or None), read at each call (the trainer builds the members
+            after the service); :meth:`group_advantages` asks it.
         receiver: checks what they return (``trl_grpo_ext.families.contracts.Receiver``), or None.
     """
 
-    def __init__(self, trainer, members: Iterable[Any] = (), receiver=None):
+    def __init__(self, trainer, estimator: Callable[[], Any] = lambda: None, receiver=None):
         self._trainer = trainer
-        self._members = members
+        self._estimator = estimator
         self._receiver = receiver  # the trainer's check of member outputs (families.contracts.Receiver), or None
         self._stream = None  # this process's position in a streaming train_dataset (draw_prompts)
 
@@ -184,15 +184,14 @@ class RolloutService:
         return combined_rewards(rewards_per_func, trainer.reward_weights)
 
     def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-        """(n,) advantages of whole groups scored outside TRL's batch, from their (n,) rewards: those of the first
-        member that gives them (the advantage estimator's ``group_advantages``); ``ValueError`` where none does (PRM
-        needs step rewards)."""
-        for member in self._members:
-            advantages = member.group_advantages(rewards, group_size)
-            if self._receiver is not None:
-                advantages = self._receiver.group_advantages(member, advantages, rows=rewards.numel())
-            if advantages is not None:
-                return advantages
+        """(n,) advantages of whole groups scored outside TRL's batch, from their (n,) rewards: the advantage
+        estimator's ``group_advantages``; ``ValueError`` where it gives none (PRM needs step rewards)."""
+        member = self._estimator()
+        advantages = None if member is None else member.group_advantages(rewards, group_size)
+        if member is not None and self._receiver is not None:
+            advantages = self._receiver.group_advantages(member, advantages, rows=rewards.numel())
+        if advantages is not None:
+            return advantages
         raise ValueError(
             f"advantage_estimator={getattr(self._trainer.args, 'advantage_estimator', None)!r} cannot give "
             "advantages to groups scored outside TRL's batch from their rewards alone"

@@ -1,11 +1,11 @@
 """The anti-collapse families the trainer composes, one registry each.
 
 A family member is an :class:`Extension` subclass registered under the name its config switch takes. The trainer
-builds one member per family from the config and calls the same few hooks on each, in a fixed order (advantage
-estimator, advantage weighting, sample filter, token clip, KL control, entropy control), so any combination runs in
-one training step. To add a variant, subclass the family's base (:mod:`.interfaces`: the family's Protocol, its typed
-outputs, its base class; the registry is typed by the Protocol), register it, and select it by name; the trainer
-needs no change::
+builds one member per family from the config into its typed slot (:class:`~.slots.Slots`) and calls each through its
+family's hooks only, in a fixed order (advantage estimator, advantage weighting, sample filter, token clip, KL
+control, reference update, entropy control, then the observers), so any combination runs in one training step. To
+add a variant, subclass the family's base (:mod:`.interfaces`: the family's Protocol, its typed outputs, its base
+class; the registry is typed by the Protocol), register it, and select it by name; the trainer needs no change::
 
     from trl_grpo_ext.families import TOKEN_CLIPS
     from trl_grpo_ext.families.interfaces import TokenClipBase

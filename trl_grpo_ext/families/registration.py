@@ -86,8 +86,17 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
             f"{' or '.join(interface.required)} with the signature of trl_grpo_ext.families.interfaces."
             f"{interface.protocol.__name__}."
         )
-    # every hook the class overrides (its family's and the others the trainer calls on every member) takes the
-    # parameters the trainer passes
+    # the trainer calls a member only through its family's hooks (one typed slot per family): another hook the class
+    # overrides would never run
+    foreign = [hook for hook in HOOKS if hook not in (*interface.hooks, *_STATE) and _implements(obj, hook)]
+    if foreign:
+        raise MemberContractError(
+            f"{where}: {cls}.{foreign[0]} is no {family} hook: the trainer calls a {family} member's "
+            f"{', '.join(interface.hooks)} only (and state_dict / load_state_dict), so it would never run. Fix: do the "
+            f"work in one of those, or register the class in the family whose interface has {foreign[0]} "
+            "(trl_grpo_ext.families.interfaces)."
+        )
+    # every hook the class overrides takes the parameters the trainer passes
     for hook in HOOKS:
         if getattr(obj, hook) is getattr(Extension, hook):
             continue
@@ -105,6 +114,9 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
                 f"trainer passes {len(expected)} argument(s) by position). Fix: use the signature of "
                 f"trl_grpo_ext.families.{owner}.{hook}."
             ) from None
+
+
+_STATE = ("state_dict", "load_state_dict")  # every member's: the checkpointed state
 
 
 def _check_constructor(obj: type, where: str) -> None:
