@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 
 from ..api import Rollout, Splice
-from ..core.sample_filter import pf_keep_mask
+from ..core.sample_filter import nonzero_std
 from ..names import config_error
 from .base import GenerationBatch, Host, RolloutService
 from .interfaces import SAMPLE_FILTERS, FilterUpdate
@@ -118,7 +118,8 @@ class DynamicSampling(PolicyFilter):
         device = batch.rewards.device
         rank = batch.process_slice.start // local_rows
         local_groups = local_rows // group
-        signal = self._signal(batch.rewards, group)  # (P,) every process's groups
+        # (P,) whether each group of every process has signal: its scorable rewards differ (nonzero_std's rule)
+        signal = nonzero_std(batch.rewards.view(-1, group))[:, 0]
         empty = (~signal[rank * local_groups : (rank + 1) * local_groups]).nonzero().flatten().tolist()  # own groups
         found: list[tuple[Rollout, torch.Tensor]] = []  # new groups with signal: (rollout of G rows, (G,) rewards)
         generator = host.generator("dynamic_sampling", per_rank=True, device="cpu")
@@ -136,7 +137,7 @@ class DynamicSampling(PolicyFilter):
             rewards = rollouts.score(rows, prompts, rollout.completions, rollout.completion_ids)
             width = count * group
             own = rewards[rank * width : (rank + 1) * width].view(count, group)  # (count, G)
-            for j, has_signal in enumerate(self._signal(own.reshape(-1), group).tolist()):
+            for j, has_signal in enumerate(nonzero_std(own)[:, 0].tolist()):
                 if has_signal and len(found) < len(empty):
                     found.append((rollout.select(list(range(j * group, (j + 1) * group))), own[j]))
         refill = empty[: len(found)]  # the groups the new ones replace
@@ -181,8 +182,3 @@ class DynamicSampling(PolicyFilter):
                 host.global_step,
             )
         return FilterUpdate(keep=all_keep, splice=splice)
-
-    @staticmethod
-    def _signal(rewards: torch.Tensor, group: int) -> torch.Tensor:
-        """(P,) whether each group's scorable rewards differ (nonzero_std's rule), from (N,) rewards."""
-        return pf_keep_mask(rewards, group, strategy="nonzero_std").view(-1, group)[:, 0]
