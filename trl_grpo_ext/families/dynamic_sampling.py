@@ -119,7 +119,7 @@ class DynamicSampling(PolicyFilter):
         rank = batch.process_slice.start // local_rows
         local_groups = local_rows // group
         # (P,) whether each group of every process has signal: its scorable rewards differ (nonzero_std's rule)
-        signal = nonzero_std(batch.rewards.view(-1, group))[:, 0]
+        signal = nonzero_std(batch.rewards.view(-1, group), None)[:, 0]  # (no generator: it draws nothing)
         empty = (~signal[rank * local_groups : (rank + 1) * local_groups]).nonzero().flatten().tolist()  # own groups
         found: list[tuple[Rollout, torch.Tensor]] = []  # new groups with signal: (rollout of G rows, (G,) rewards)
         generator = host.generator("dynamic_sampling", per_rank=True, device="cpu")
@@ -137,7 +137,7 @@ class DynamicSampling(PolicyFilter):
             rewards = rollouts.score(rows, prompts, rollout.completions, rollout.completion_ids)
             width = count * group
             own = rewards[rank * width : (rank + 1) * width].view(count, group)  # (count, G)
-            for j, has_signal in enumerate(nonzero_std(own)[:, 0].tolist()):
+            for j, has_signal in enumerate(nonzero_std(own, None)[:, 0].tolist()):
                 if has_signal and len(found) < len(empty):
                     found.append((rollout.select(list(range(j * group, (j + 1) * group))), own[j]))
         refill = empty[: len(found)]  # the groups the new ones replace
