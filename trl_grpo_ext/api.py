@@ -497,3 +497,4 @@ SAMPLE_FILTERS: Registry[type[SampleFilter]] = names.SAMPLE_FILTERS
 KL_CONTROLLERS: Registry[type[KLController]] = names.KL_CONTROLLERS
 ENTROPY_CONTROLS: Registry[type[EntropyControl]] = names.ENTROPY_CONTROLS
 REFERENCE_UPDATES: Registry[type[ReferenceUpdate]] = names.REFERENCE_UPDATES
+OBSERVERS: Registry[type[Observer]] = names.OBSERVERS

@@ -9,6 +9,7 @@ class): the config package reads them here instead of importing the families, th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 from .core.registry import Registry
@@ -45,16 +46,46 @@ DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "prompt_in
 AlarmAction = Literal["warn", "save", "stop", "rollback", "screen"]
 ALARM_ACTIONS: tuple[str, ...] = get_args(AlarmAction)
 
+
+class MemberContractError(ValueError):
+    """A member class, or what a member returned, breaks the contract between the trainer and its members."""
+
+
+def member_contract(family: str) -> Callable[..., None]:
+    """The check a family's registry runs on a class before registering it: the class's own ``check_registration``
+    (``trl_grpo_ext.families.Extension``'s: the member contract of ``families.registration``); anything else is
+    refused. Built into each registry where it is created, so no import order can skip it."""
+
+    def check(obj: Any, *, name: str) -> None:
+        contract = getattr(obj, "check_registration", None)
+        if not (isinstance(obj, type) and callable(contract)):
+            shown = getattr(obj, "__name__", repr(obj))
+            raise MemberContractError(
+                f"{family}={name!r}: {shown} is not a class derived from trl_grpo_ext.families.Extension (a {family} "
+                f"member is an Extension subclass whose hooks the trainer calls). Fix: write class "
+                f"{shown.title().replace('_', '')}(Extension) with the hook your function implements (see "
+                "docs/index.md, 'Adding a variant')."
+            )
+        contract(family=family, name=name)
+
+    return check
+
+
+def _registry(family: str, symbol: str) -> Registry[Any]:
+    return Registry(family, symbol=symbol, check=member_contract(family))
+
+
 # The registries, untyped here (this module imports nothing of the families): trl_grpo_ext.families.interfaces
 # re-exports each typed by its family's Protocol, the names members register with (mypy checks a class at its
-# ``@REGISTRY.register(...)`` line); at run time the registry's ``check`` (the member contract) does.
-ADVANTAGE_ESTIMATORS: Registry[Any] = Registry("advantage_estimator", symbol="ADVANTAGE_ESTIMATORS")
-ADVANTAGE_WEIGHTINGS: Registry[Any] = Registry("advantage_weighting", symbol="ADVANTAGE_WEIGHTINGS")
-TOKEN_CLIPS: Registry[Any] = Registry("token_clip", symbol="TOKEN_CLIPS")
-SAMPLE_FILTERS: Registry[Any] = Registry("sample_filter", symbol="SAMPLE_FILTERS")
-KL_CONTROLLERS: Registry[Any] = Registry("kl_control", symbol="KL_CONTROLLERS")
-ENTROPY_CONTROLS: Registry[Any] = Registry("entropy_control", symbol="ENTROPY_CONTROLS")
-REFERENCE_UPDATES: Registry[Any] = Registry("ref_update", symbol="REFERENCE_UPDATES")
+# ``@REGISTRY.register(...)`` line); at run time each registry's check (the member contract) does.
+ADVANTAGE_ESTIMATORS = _registry("advantage_estimator", "ADVANTAGE_ESTIMATORS")
+ADVANTAGE_WEIGHTINGS = _registry("advantage_weighting", "ADVANTAGE_WEIGHTINGS")
+TOKEN_CLIPS = _registry("token_clip", "TOKEN_CLIPS")
+SAMPLE_FILTERS = _registry("sample_filter", "SAMPLE_FILTERS")
+KL_CONTROLLERS = _registry("kl_control", "KL_CONTROLLERS")
+ENTROPY_CONTROLS = _registry("entropy_control", "ENTROPY_CONTROLS")
+REFERENCE_UPDATES = _registry("ref_update", "REFERENCE_UPDATES")
+OBSERVERS = _registry("observer", "OBSERVERS")
 
 #: config switch -> its family's registry, in the order the trainer runs the members.
 FAMILIES: dict[str, Registry[Any]] = {

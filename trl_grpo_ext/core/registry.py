@@ -31,7 +31,7 @@ class Registry(Generic[T]):
         self.family = family
         self.symbol = symbol or family.upper()
         #: Called as ``check(obj, name=name)`` before ``obj`` is registered; raises to refuse it (the families set it
-        #: to their member contract, ``trl_grpo_ext.families.registration.check_member_class``).
+        #: to their member contract where they are created, ``trl_grpo_ext.names.member_contract``).
         self.check = check
         self._items: dict[str, T] = {}
 

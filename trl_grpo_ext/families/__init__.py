@@ -20,7 +20,6 @@ class; the registry is typed by the Protocol), register it, and select it by nam
 
 from __future__ import annotations
 
-import functools
 import importlib
 import pkgutil
 
@@ -42,15 +41,12 @@ from .interfaces import (
     SAMPLE_FILTERS,
     TOKEN_CLIPS,
 )
-from .registration import check_member_class, check_selection
+from .observers import OBSERVERS
+from .registration import check_selection
 
-# The one place the families join the registries (before any member module registers): every family registry checks a
-# class against the member contract when it is registered (built-in and user alike). GRPOExtConfig.validate runs the
-# selected members' rules (check_selection): the config imports this package, so they hold whatever is imported first.
-for _switch, _registry in FAMILIES.items():
-    _registry.check = functools.partial(check_member_class, family=_switch)
-
-from .observers import OBSERVERS  # noqa: E402  (after the wiring: its registry checks with it too)
+# Every registry checks a class against the member contract where the registry is created (names.member_contract:
+# the class's Extension.check_registration), built-in and user alike. GRPOExtConfig.validate runs the selected
+# members' rules (check_selection): the config imports this package, so they hold whatever is imported first.
 
 # Every module of this folder registers its members when imported: a method added here as a module is a member of
 # its family with no line elsewhere in the package (docs/index.md, "Adding a variant", says what else it needs).

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
@@ -42,6 +41,7 @@ from ..api import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported: tr
 from ..core.advantages import ScaleKind
 from ..core.collectives import Collectives
 from ..names import FAMILIES, registry_for  # noqa: F401  (re-exported)
+from .registration import args_fields, check_member_class, services_of  # noqa: F401  (args_fields re-exported)
 
 E = TypeVar("E", bound="Extension")
 
@@ -176,21 +176,10 @@ SERVICES: dict[str, Any] = {
 }
 
 
-def args_fields(member: type[Extension]) -> frozenset[str]:
-    """The config fields a member class reads: the fields of its :class:`Extension.Args`."""
-    return frozenset(f.name for f in dataclasses.fields(member.Args))
-
-
 def member_args(config: Any, member: type[Extension]) -> Extension.Args:
     """``member.Args`` filled from the run's ``config``: the member's own frozen settings (each value a deep copy, so
     editing a list of it cannot reach the run's config, and nothing of the config is reachable from it)."""
     return member.Args(**{f.name: copy.deepcopy(getattr(config, f.name)) for f in dataclasses.fields(member.Args)})
-
-
-def services_of(member: type) -> list[str]:
-    """The :data:`SERVICES` ``member``'s constructor names (its keyword-only parameters)."""
-    parameters = inspect.signature(member).parameters.values()
-    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
 def build_member(member: type[E], config: Any, host: Host, services: dict[str, Callable[[str], Any]]) -> E:
@@ -269,6 +258,12 @@ class Extension:
         ``def __init__(self, args: Args, host: Host, *, rollouts: RolloutService)``."""
         self.args = args
         self.host = host
+
+    @classmethod
+    def check_registration(cls, *, family: str, name: str) -> None:
+        """Refuse, at its ``@REGISTRY.register(name)`` line, a class that cannot be a member of ``family``: the member
+        contract of :func:`~.registration.check_member_class` (each registry runs it, ``names.member_contract``)."""
+        check_member_class(cls, family=family, name=name, root=Extension, services=SERVICES)
 
     @classmethod
     def check_combination(cls, args, members: dict[str, type]) -> None:

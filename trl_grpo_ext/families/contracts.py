@@ -23,10 +23,7 @@ from typing import Any
 import torch
 
 from ..api import FAMILY_INTERFACES, HOOKS, GenerationUpdate, Splice  # noqa: F401  (HOOKS re-exported)
-
-
-class MemberContractError(ValueError):
-    """A member class, or what a member returned, breaks the contract between the trainer and its members."""
+from ..names import MemberContractError
 
 
 # ---------------------------------------------------------------------------------------------------- outputs

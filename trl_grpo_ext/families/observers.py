@@ -6,7 +6,6 @@ on by their own config fields instead of one switch: ``enabled(args)`` says whet
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,15 +13,9 @@ import torch
 
 from ..callbacks import CollapseMonitor, monitor_metric_keys
 from ..core.diversity import pass_at_k
-from ..core.registry import Registry
 from ..detector import detector_from_config
 from .base import Callbacks, Evaluation, GenerationBatch, Host, LossContext, MonitorSource
-from .interfaces import Observer, ObserverBase
-from .registration import check_member_class
-
-OBSERVERS: Registry[type[Observer]] = Registry(
-    "observer", symbol="OBSERVERS", check=functools.partial(check_member_class, family="observer")
-)
+from .interfaces import OBSERVERS, ObserverBase
 
 
 @OBSERVERS.register("collapse_monitor")

@@ -1,12 +1,13 @@
 """The member contract's class side, checked when a class is registered and when a selection is validated (the
 output side is :mod:`~trl_grpo_ext.families.contracts`, where the trainer receives what members return).
 
-- :func:`check_member_class` (every family registry's ``check``, wired by ``trl_grpo_ext.families``): the class is
-  an :class:`~trl_grpo_ext.families.base.Extension` subclass built as ``(args, host, **services)`` with known
-  services, it implements a hook its family needs itself (a family base's no-op does not count) with the parameters
-  the trainer passes, no public method of it is a misspelt hook, and its ``Args`` is a frozen dataclass of its base's
-  ``Args``. A user's variant that breaks one fails at its ``@REGISTRY.register(...)`` line with the class, the rule
-  and the fix, instead of at the first step (or never, as a silent no-op).
+- :func:`check_member_class` (run by every family registry, through ``names.member_contract`` and
+  ``Extension.check_registration``): the class is an :class:`~trl_grpo_ext.families.base.Extension` subclass built as
+  ``(args, host, **services)`` with known services, it implements a hook its family needs itself (a family base's
+  no-op does not count) with the parameters the trainer passes, it overrides no hook outside its family's interface,
+  no public method of it is a misspelt hook, and its ``Args`` is a frozen dataclass of its base's ``Args``. A user's
+  variant that breaks one fails at its ``@REGISTRY.register(...)`` line with the class, the rule and the fix, instead
+  of at the first step (or never, as a silent no-op).
 - :func:`check_selection` (``GRPOExtConfig.validate``): the rules of the selected members, by named service and
   declared field, then each member's own ``check_combination``.
 """
@@ -19,28 +20,32 @@ import inspect
 from typing import Any
 
 from ..api import FAMILY_INTERFACES, HOOKS
-from ..names import config_error
-from .base import SERVICES, Extension, args_fields, services_of
-from .contracts import MemberContractError
+from ..names import MemberContractError, config_error
 
 
 def _signature(parameters: list[str]) -> str:
     return f"({', '.join(['self', *parameters])})"
 
 
-def check_member_class(obj: Any, *, family: str, name: str) -> None:
-    """Refuse, at registration, a class that cannot be a member of ``family`` (the registry's switch), naming it, the
-    rule and the fix. The family's ``Off`` member (``is_off``) implements nothing and is accepted."""
+def services_of(member: type) -> list[str]:
+    """The services ``member``'s constructor names (its keyword-only parameters)."""
+    parameters = inspect.signature(member).parameters.values()
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+def args_fields(member: Any) -> frozenset[str]:
+    """The config fields a member class reads: the fields of its ``Args``."""
+    return frozenset(f.name for f in dataclasses.fields(member.Args))
+
+
+def check_member_class(obj: Any, *, family: str, name: str, root: type, services: dict[str, Any]) -> None:
+    """Refuse, at registration, a class derived from ``root`` (``Extension``) that cannot be a member of ``family``
+    (the registry's switch), naming it, the rule and the fix; ``services`` are the ones a constructor may name. The
+    family's ``Off`` member (``is_off``) implements nothing and is accepted. Called by
+    ``Extension.check_registration``, which each registry runs (``names.member_contract``)."""
     where = f"{family}={name!r}"
-    if not (isinstance(obj, type) and issubclass(obj, Extension)):
-        shown = getattr(obj, "__name__", repr(obj))
-        raise MemberContractError(
-            f"{where}: {shown} is not a class derived from trl_grpo_ext.families.Extension (a {family} member is an "
-            f"Extension subclass whose hooks the trainer calls). Fix: write class {shown.title().replace('_', '')}"
-            "(Extension) with the hook your function implements (see docs/index.md, 'Adding a variant')."
-        )
     cls = obj.__name__
-    _check_constructor(obj, where)
+    _check_constructor(obj, where, services)
     old = next((klass for klass in obj.__mro__ if "config_fields" in vars(klass)), None)
     if old is not None:  # the class or a base of its own still declares the fields the old way
         raise MemberContractError(
@@ -98,9 +103,9 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
         )
     # every hook the class overrides takes the parameters the trainer passes
     for hook in HOOKS:
-        if getattr(obj, hook) is getattr(Extension, hook):
+        if getattr(obj, hook) is getattr(root, hook):
             continue
-        expected = list(inspect.signature(getattr(Extension, hook)).parameters)[1:]
+        expected = list(inspect.signature(getattr(root, hook)).parameters)[1:]
         try:
             got = list(inspect.signature(getattr(obj, hook)).parameters)[1:]
         except (TypeError, ValueError):  # not introspectable (a C callable): the call will tell
@@ -119,16 +124,16 @@ def check_member_class(obj: Any, *, family: str, name: str) -> None:
 _STATE = ("state_dict", "load_state_dict")  # every member's: the checkpointed state
 
 
-def _check_constructor(obj: type, where: str) -> None:
+def _check_constructor(obj: type, where: str, services: dict[str, Any]) -> None:
     """The trainer builds a member as ``obj(args, host, **services)``: two positional parameters, and keyword-only
-    ones each naming a :data:`~trl_grpo_ext.families.base.SERVICES` entry."""
+    ones each naming one of ``services`` (``families.base.SERVICES``)."""
     cls, parameters = obj.__name__, inspect.signature(obj).parameters.values()
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     variadic = [p.name for p in parameters if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    unknown = [name for name in services_of(obj) if name not in SERVICES]
+    unknown = [name for name in services_of(obj) if name not in services]
     if len(positional) != 2 or variadic or unknown:
         problem = (
-            f"names the unknown service(s) {unknown} (the services: {list(SERVICES)})"
+            f"names the unknown service(s) {unknown} (the services: {list(services)})"
             if unknown
             else f"takes ({', '.join(p.name for p in parameters)})"
         )
@@ -219,4 +224,4 @@ def check_selection(args, members: dict[str, Any]) -> None:
         member.check_combination(args, members)
 
 
-__all__ = ["check_member_class", "check_selection"]
+__all__ = ["args_fields", "check_member_class", "check_selection", "services_of"]
