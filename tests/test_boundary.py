@@ -353,6 +353,24 @@ def test_the_members_rules_hold_whatever_is_imported_first():
     assert "with beta=0 TRL builds no reference model" in run.stdout, run.stderr[-2000:]
 
 
+def test_a_registry_checks_its_members_from_where_it_is_created():
+    """Each registry is created with the member contract (``names.member_contract``): registering through the leaf
+    ``names`` module, before anything of the families is imported, is checked like any other registration."""
+    code = (
+        "import sys\n"
+        "from trl_grpo_ext.names import TOKEN_CLIPS, MemberContractError\n"
+        "assert 'trl_grpo_ext.families.base' not in sys.modules\n"
+        "try:\n"
+        "    TOKEN_CLIPS.register('plain_function')(lambda logps, ctx: logps)\n"
+        "except MemberContractError as error:\n"
+        "    print(error)\n"
+        "print('registered' if 'plain_function' in TOKEN_CLIPS else 'refused')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "is not a class derived from trl_grpo_ext.families.Extension" in run.stdout, run.stderr[-2000:]
+    assert run.stdout.strip().endswith("refused"), run.stdout
+
+
 def test_handoff_gives_the_value_to_the_first_inner_call_only():
     """The trainer's two hand-offs between TRL's nested calls: a value exists only while the outer call runs, the
     first inner call takes (or fills) it, later and outside calls get nothing and cannot overwrite it."""
