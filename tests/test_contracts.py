@@ -372,7 +372,14 @@ def test_an_observer_is_checked_at_registration_too():
         class Idle(Extension):
             pass
 
-    assert "fn_watch" not in OBSERVERS and "idle_watch" not in OBSERVERS
+    with pytest.raises(MemberContractError, match=r"observer='token_clip': 'token_clip' is a family switch"):
+
+        @OBSERVERS.register("token_clip")
+        class Shadow(Extension):
+            def after_loss(self, ctx):
+                pass
+
+    assert not {"fn_watch", "idle_watch", "token_clip"} & set(OBSERVERS.names())
 
 
 class Member:

@@ -66,6 +66,11 @@ def member_contract(family: str) -> Callable[..., None]:
                 f"{shown.title().replace('_', '')}(Extension) with the hook your function implements (see "
                 "docs/index.md, 'Adding a variant')."
             )
+        if family == "observer" and name in FAMILIES:  # the run's members are read by switch or observer name
+            raise MemberContractError(
+                f"observer={name!r}: {name!r} is a family switch; an observer needs a name of its own. Fix: register "
+                f"it under another name, e.g. '{name}_watch'."
+            )
         contract(family=family, name=name)
 
     return check
