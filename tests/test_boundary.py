@@ -342,33 +342,32 @@ def test_each_key_module_imports_alone_in_a_fresh_interpreter():
 def test_the_members_rules_hold_whatever_is_imported_first():
     """The config submodule alone, in a fresh interpreter, runs the selected members' rules (a reference reset with
     beta 0 is a member's rule, not a section's): what is validated does not depend on what was imported first."""
-    code = (
-        "from trl_grpo_ext.config import GRPOExtConfig\n"
-        "try:\n"
-        "    GRPOExtConfig(output_dir='unused', use_cpu=True, bf16=False, ref_update='reset', ref_reset_steps=1)\n"
-        "except ValueError as error:\n"
-        "    print(error)\n"
+    out = _printed_in_a_fresh_interpreter(
+        "from trl_grpo_ext.config import GRPOExtConfig",
+        "GRPOExtConfig(output_dir='unused', use_cpu=True, bf16=False, ref_update='reset', ref_reset_steps=1)",
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "with beta=0 TRL builds no reference model" in run.stdout, run.stderr[-2000:]
+    assert "with beta=0 TRL builds no reference model" in out, out
 
 
 def test_a_registry_checks_its_members_from_where_it_is_created():
     """Each registry is created with the member contract (``names.member_contract``): registering through the leaf
     ``names`` module, before anything of the families is imported, is checked like any other registration."""
-    code = (
-        "import sys\n"
-        "from trl_grpo_ext.names import TOKEN_CLIPS, MemberContractError\n"
-        "assert 'trl_grpo_ext.families.base' not in sys.modules\n"
-        "try:\n"
-        "    TOKEN_CLIPS.register('plain_function')(lambda logps, ctx: logps)\n"
-        "except MemberContractError as error:\n"
-        "    print(error)\n"
-        "print('registered' if 'plain_function' in TOKEN_CLIPS else 'refused')\n"
+    out = _printed_in_a_fresh_interpreter(
+        "import sys\nfrom trl_grpo_ext.names import TOKEN_CLIPS\n"
+        "assert 'trl_grpo_ext.families.base' not in sys.modules",
+        "TOKEN_CLIPS.register('plain_function')(lambda logps, ctx: logps)",
+        "print('registered' if 'plain_function' in TOKEN_CLIPS else 'refused')",
     )
+    assert "is not a class derived from trl_grpo_ext.families.Extension" in out, out
+    assert out.strip().endswith("refused"), out
+
+
+def _printed_in_a_fresh_interpreter(setup: str, attempt: str, after: str = "") -> str:
+    """What a fresh interpreter prints running ``setup``, then ``attempt`` (its ``ValueError`` printed), then
+    ``after``; its stderr where it fails otherwise."""
+    code = f"{setup}\ntry:\n    {attempt}\nexcept ValueError as error:\n    print(error)\n{after}\n"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "is not a class derived from trl_grpo_ext.families.Extension" in run.stdout, run.stderr[-2000:]
-    assert run.stdout.strip().endswith("refused"), run.stdout
+    return run.stdout if run.returncode == 0 else run.stdout + run.stderr[-2000:]
 
 
 def test_handoff_gives_the_value_to_the_first_inner_call_only():
