@@ -451,9 +451,7 @@ class GRPOExtTrainer(TRLHooks):
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         splices = []
         rows = batch.rewards.numel()  # every process's rows
-        families = {id(member): key if key in FAMILIES else "observer" for key, member in self.extensions.items()}
-        for extension in self.extensions.generating():
-            family = families[id(extension)]
+        for family, extension in self.extensions.generating():
             update = self.ext_receiver.generation_update(
                 extension, extension.on_generation(batch), rows=rows, family=family,
                 width=lambda: batch.global_completions()[1].size(1),

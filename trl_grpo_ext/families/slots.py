@@ -23,6 +23,9 @@ from ..api import (
 )
 from ..names import FAMILIES
 
+#: A member with an ``on_generation`` hook.
+Generating = AdvantageEstimator | AdvantageWeighting | SampleFilter | KLController | EntropyControl | Observer
+
 
 class Slots(MutableMapping):
     """One member per family (the order of ``names.FAMILIES``: the order the hooks run in), then the observers."""
@@ -72,11 +75,12 @@ class Slots(MutableMapping):
         return f"Slots({', '.join(f'{key}={type(member).__name__}' for key, member in self.items())})"
 
     # ------------------------------------------------------------------ hook order, per hook
-    def generating(self) -> list:
-        """The members with an ``on_generation`` hook, in hook order: estimator, weighting, sample filter, KL control,
-        entropy control, observers (a token clip and a reference update have none)."""
-        slots = (self.advantage_estimator, self.advantage_weighting, self.sample_filter, self.kl_control)
-        return [m for m in (*slots, self.entropy_control, *self.observers.values()) if m is not None]
+    def generating(self) -> list[tuple[str, Generating]]:
+        """(family, member) of the members with an ``on_generation`` hook, in hook order: estimator, weighting, sample
+        filter, KL control, entropy control, observers (a token clip and a reference update have none)."""
+        switches = ("advantage_estimator", "advantage_weighting", "sample_filter", "kl_control", "entropy_control")
+        slots = [(switch, getattr(self, switch)) for switch in switches]
+        return [(f, m) for f, m in (*slots, *(("observer", m) for m in self.observers.values())) if m is not None]
 
     def logp_modifiers(self) -> list[TokenClip | EntropyControl]:
         """``modify_logps``: the token clip, then the entropy control."""
