@@ -463,10 +463,8 @@ def test_the_token_clip_selects_tokens_and_each_slot_runs_only_its_familys_hooks
         slots[switch] = switch  # a stand-in per family, to read where each is called
     slots["watch"] = "observer"
     calls = {
-        "on_generation": [member for family, member in slots.generating() if family == member],
-        "modify_logps": slots.logp_modifiers(),
-        "extra_loss": slots.loss_terms(),
-        "after_loss": slots.after_loss(),
+        hook: [member for family, member in slots.having(hook) if family == member]
+        for hook in ("on_generation", "modify_logps", "extra_loss", "after_loss")
     }
     for hook, called in calls.items():
         expected = [family for family, face in FAMILY_INTERFACES.items() if hook in face.hooks]

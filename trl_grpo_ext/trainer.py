@@ -451,7 +451,7 @@ class GRPOExtTrainer(TRLHooks):
             batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
         splices = []
         rows = batch.rewards.numel()  # every process's rows
-        for family, extension in self.extensions.generating():
+        for family, extension in self.extensions.having("on_generation"):
             update = self.ext_receiver.generation_update(
                 extension, extension.on_generation(batch), rows=rows, family=family,
                 width=lambda: batch.global_completions()[1].size(1),
@@ -552,11 +552,11 @@ class GRPOExtTrainer(TRLHooks):
     def ext_finish_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         """TRL's loss of the micro-batch, plus the members' loss terms; their ``after_loss``."""
         with self.ext_clock.measure():
-            for extension in self.extensions.loss_terms():
+            for _, extension in self.extensions.having("extra_loss"):
                 term = self.ext_receiver.loss_term(extension, extension.extra_loss(ctx))
                 if term is not None:
                     loss = loss + term
-            for extension in self.extensions.after_loss():
+            for _, extension in self.extensions.having("after_loss"):
                 extension.after_loss(ctx)
         return loss
 
@@ -581,7 +581,7 @@ class GRPOExtTrainer(TRLHooks):
             clip = self.extensions.token_clip  # the one member that selects tokens
             if clip is not None:
                 ctx.selected = receive.selection(clip, clip.select_tokens(logps, ctx), like=logps)
-            for extension in self.extensions.logp_modifiers():
+            for _, extension in self.extensions.having("modify_logps"):
                 logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps)
         return logps
 

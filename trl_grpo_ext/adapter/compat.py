@@ -294,11 +294,8 @@ def zero_logged_advantages(trainer, rows: torch.Tensor) -> None:
     table's newest N) set to 0 (screened completions train with advantage 0)."""
     logged = trainer._logs["advantages"]
     count = min(rows.numel(), len(logged))
-    flags = rows[-count:].tolist() if count else []
-    tail = [0.0 if flag else value for value, flag in zip(list(logged)[len(logged) - count :], flags, strict=True)]
-    for _ in range(count):
-        logged.pop()
-    logged.extend(tail)
+    tail = torch.tensor(list(logged)[len(logged) - count :], dtype=torch.float64)  # (count,) the table's newest
+    log_advantages(trainer, tail.masked_fill(rows[rows.numel() - count :].cpu().bool(), 0.0))
 
 
 def save_checkpoint(trainer) -> None:

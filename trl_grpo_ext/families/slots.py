@@ -10,8 +10,10 @@ member, in hook order) for reading the run's members and for swapping one in a t
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 from ..api import (
+    FAMILY_INTERFACES,
     AdvantageEstimator,
     AdvantageWeighting,
     EntropyControl,
@@ -22,9 +24,6 @@ from ..api import (
     TokenClip,
 )
 from ..names import FAMILIES
-
-#: A member with an ``on_generation`` hook.
-Generating = AdvantageEstimator | AdvantageWeighting | SampleFilter | KLController | EntropyControl | Observer
 
 
 class Slots(MutableMapping):
@@ -75,25 +74,13 @@ class Slots(MutableMapping):
         return f"Slots({', '.join(f'{key}={type(member).__name__}' for key, member in self.items())})"
 
     # ------------------------------------------------------------------ hook order, per hook
-    def generating(self) -> list[tuple[str, Generating]]:
-        """(family, member) of the members with an ``on_generation`` hook, in hook order: estimator, weighting, sample
-        filter, KL control, entropy control, observers (a token clip and a reference update have none)."""
-        switches = ("advantage_estimator", "advantage_weighting", "sample_filter", "kl_control", "entropy_control")
-        slots = [(switch, getattr(self, switch)) for switch in switches]
-        return [(f, m) for f, m in (*slots, *(("observer", m) for m in self.observers.values())) if m is not None]
-
-    def logp_modifiers(self) -> list[TokenClip | EntropyControl]:
-        """``modify_logps``: the token clip, then the entropy control."""
-        return [m for m in (self.token_clip, self.entropy_control) if m is not None]
-
-    def loss_terms(self) -> list[SampleFilter | TokenClip | EntropyControl]:
-        """``extra_loss``: the sample filter, the token clip, the entropy control."""
-        return [m for m in (self.sample_filter, self.token_clip, self.entropy_control) if m is not None]
-
-    def after_loss(self) -> list[KLController | ReferenceUpdate | EntropyControl | Observer]:
-        """``after_loss``: the KL control, the reference update, the entropy control, the observers."""
-        slots = (self.kl_control, self.ref_update, self.entropy_control)
-        return [m for m in (*slots, *self.observers.values()) if m is not None]
+    def having(self, hook: str) -> list[tuple[str, Any]]:
+        """(family, member) of the members whose family's interface has ``hook`` (``api.FAMILY_INTERFACES``), in hook
+        order: ``on_generation`` is the estimator's, weighting's, sample filter's, KL control's, entropy control's
+        and the observers' (a token clip and a reference update have none); ``modify_logps`` the token clip's, then
+        the entropy control's; and so on."""
+        pairs = ((key if key in FAMILIES else "observer", member) for key, member in self.items())
+        return [(family, member) for family, member in pairs if hook in FAMILY_INTERFACES[family].hooks]
 
 
 __all__ = ["Slots"]
