@@ -14,7 +14,7 @@ import torch
 
 from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.adapter.host import BetaService
-from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
+from trl_grpo_ext.core import pf_keep_mask
 from trl_grpo_ext.families import ADVANTAGE_WEIGHTINGS, ENTROPY_CONTROLS, KL_CONTROLLERS, TOKEN_CLIPS, Extension
 from trl_grpo_ext.families.base import SERVICES, BetaControl, GenerationUpdate, Host, build_member, member_args
 from trl_grpo_ext.families.contracts import MemberContractError, Receiver
@@ -469,24 +469,16 @@ def test_loss_side_outputs_are_checked():
 
 
 def test_a_filter_strategy_that_raises_or_returns_nothing_is_named():
-    @SAMPLE_FILTER_STRATEGIES.register("test_raises")
     def raises(grouped, generator):
         raise KeyError("oops")
 
-    @SAMPLE_FILTER_STRATEGIES.register("test_returns_none")
     def returns_none(grouped, generator):
         return None
 
-    try:
-        with pytest.raises(
-            RuntimeError, match=r"strategy 'test_raises' \('raises'\) raised KeyError.*Fix the strategy"
-        ):
-            pf_keep_mask(torch.zeros(4), 2, strategy="test_raises")
-        with pytest.raises(ValueError, match=r"strategy 'test_returns_none' must return a bool mask.*got NoneType"):
-            pf_keep_mask(torch.zeros(4), 2, strategy="test_returns_none")
-    finally:
-        SAMPLE_FILTER_STRATEGIES.unregister("test_raises")
-        SAMPLE_FILTER_STRATEGIES.unregister("test_returns_none")
+    with pytest.raises(RuntimeError, match=r"strategy 'raises' raised KeyError.*Fix the strategy"):
+        pf_keep_mask(torch.zeros(4), 2, strategy=raises)
+    with pytest.raises(ValueError, match=r"strategy 'returns_none' must return a bool mask.*got NoneType"):
+        pf_keep_mask(torch.zeros(4), 2, strategy=returns_none)
 
 
 # ------------------------------------------------------------------------------------------------- in a trainer

@@ -45,26 +45,27 @@ def test_unknown_strategy_lists_valid_names():
         pf_keep_mask(REWARDS, 4, strategy="top_half")
 
 
-def test_registered_strategy_is_used_and_checked():
-    @SAMPLE_FILTER_STRATEGIES.register("test_first_only")
+def test_a_strategy_function_is_used_and_checked():
+    """pf_keep_mask takes a strategy function as it takes a built-in's name; what the function returns is checked."""
+
     def first_only(grouped, generator):
         keep = torch.zeros_like(grouped, dtype=torch.bool)
         keep[:, 0] = True
         return keep
 
-    @SAMPLE_FILTER_STRATEGIES.register("test_wrong_shape")
     def wrong(grouped, generator):
         return torch.ones(3, dtype=torch.bool)
 
-    try:
-        assert rows(pf_keep_mask(REWARDS, 4, strategy="test_first_only")) == [[1, 0, 0, 0]] * 3
-        with pytest.raises(ValueError, match="must return a bool mask"):
-            pf_keep_mask(REWARDS, 4, strategy="test_wrong_shape")
-        with pytest.raises(ValueError, match="already registered"):
-            SAMPLE_FILTER_STRATEGIES.register("test_first_only")(first_only)
-    finally:
-        SAMPLE_FILTER_STRATEGIES.unregister("test_first_only")
-        SAMPLE_FILTER_STRATEGIES.unregister("test_wrong_shape")
+    def broken(grouped, generator):
+        raise KeyError("oops")
+
+    assert rows(pf_keep_mask(REWARDS, 4, strategy=first_only)) == [[1, 0, 0, 0]] * 3
+    with pytest.raises(ValueError, match="strategy 'wrong' must return a bool mask of shape"):
+        pf_keep_mask(REWARDS, 4, strategy=wrong)
+    with pytest.raises(RuntimeError, match="strategy 'broken' raised KeyError"):
+        pf_keep_mask(REWARDS, 4, strategy=broken)
+    with pytest.raises(TypeError):
+        SAMPLE_FILTER_STRATEGIES["first_only"] = first_only  # read-only: the switch's registry is the family's
 
 
 def test_r_squared():
@@ -84,7 +85,19 @@ def test_rank_filter_strategies_prefers_reliable_extremes():
     reward = torch.where(noisy_middle, torch.rand(400, generator=gen), true)
     ranking = rank_filter_strategies(reward, true, 8, generator=gen)
     names = [name for name, _ in ranking]
-    assert {"none", "best_of_n", "best_random", "best_worst", "nonzero_std"} <= set(names)  # + any registered
+    assert sorted(names) == ["best_of_n", "best_random", "best_worst", "none", "nonzero_std"]  # the built-ins
     scores = dict(ranking)
     assert scores["best_worst"] > scores["none"]
     assert [s for _, s in ranking] == sorted((s for _, s in ranking), reverse=True)
+    # a strategy of one's own is ranked beside a built-in; keeping the reward's extremes beats keeping all
+    extremes = {"extremes": lambda grouped, generator: (grouped < 0.2) | (grouped > 0.8)}  # reward's reliable range
+    mine = dict(
+        rank_filter_strategies(
+            reward, true, 8, strategies={**extremes, "best_of_n": SAMPLE_FILTER_STRATEGIES["best_of_n"]}
+        )
+    )
+    assert set(mine) == {"none", "extremes", "best_of_n"} and mine["extremes"] > mine["none"]
+    assert dict(rank_filter_strategies(reward, true, 8, strategies=["best_worst"], generator=gen)) == {
+        "none": scores["none"],
+        "best_worst": scores["best_worst"],
+    }

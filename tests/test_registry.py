@@ -39,8 +39,8 @@ def test_unknown_name_hint_names_the_registry_users_import():
     removes a name (a notebook re-running a cell)."""
     with pytest.raises(ValueError, match=r"@TOKEN_CLIPS\.register\('nope'\)"):
         TOKEN_CLIPS.get("nope")
-    with pytest.raises(ValueError, match=r"@SAMPLE_FILTER_STRATEGIES\.register\('nope'\)"):
-        SAMPLE_FILTER_STRATEGIES.get("nope")
+    with pytest.raises(ValueError, match=r"@SAMPLE_FILTERS\.register\('nope'\)"):
+        SAMPLE_FILTERS.get("nope")
     assert all(FAMILIES[switch] is registry for switch, registry in FAMILIES.items())
     assert SAMPLE_FILTERS.symbol == "SAMPLE_FILTERS"
     reg = Registry("widget")
@@ -49,12 +49,16 @@ def test_unknown_name_hint_names_the_registry_users_import():
 
 
 def test_every_core_strategy_is_a_sample_filter_member():
-    """The built-in strategies of the core registry are members of the sample_filter family (PolicyFilter applies
-    them); a strategy registered from user code is one once registered there too, as docs/index.md shows."""
-    for name in SAMPLE_FILTER_STRATEGIES.names():
-        if SAMPLE_FILTER_STRATEGIES.get(name).__module__.startswith("trl_grpo_ext."):
-            assert SAMPLE_FILTERS.get(name) is PolicyFilter, name
-    assert SAMPLE_FILTERS.get("test_above_mean") is PolicyFilter
+    """The sample_filter switch has one registry, the family's: each built-in strategy of the core is a PolicyFilter
+    member there applying it, and so is a strategy registered from user code with register_strategy (as docs/index.md
+    shows); the core's strategies are a read-only mapping, not a second registry."""
+    for name, fn in SAMPLE_FILTER_STRATEGIES.items():
+        member = SAMPLE_FILTERS.get(name)
+        assert issubclass(member, PolicyFilter) and member.select is fn, name
+        assert member.__module__ == "trl_grpo_ext.families.sample_filter"
+    outside = SAMPLE_FILTERS.get("test_above_mean")
+    assert issubclass(outside, PolicyFilter) and outside.select is above_mean and outside.__module__ == __name__
+    assert not hasattr(SAMPLE_FILTER_STRATEGIES, "register") and "test_above_mean" not in SAMPLE_FILTER_STRATEGIES
 
 
 # ---------------------------------------------------------------------------------------------- a variant from outside
@@ -71,32 +75,28 @@ class SignFlipGuard(Extension):
         return torch.where(chosen, logps.detach(), logps)
 
 
-@register_strategy("test_above_mean")  # the core's strategy and its PolicyFilter member, in one registration
+@register_strategy("test_above_mean")  # its PolicyFilter member in the sample_filter registry
 def above_mean(grouped, generator):  # (P, G) rewards -> (P, G) keep
     return grouped >= grouped.nanmean(dim=1, keepdim=True)
 
 
-def test_a_strategy_registration_refuses_a_taken_name_in_either_registry():
-    """register_strategy refuses a name the core's strategies or the sample_filter family hold, registering nothing."""
+def test_a_strategy_registration_refuses_a_taken_name():
+    """register_strategy refuses a name the sample_filter family holds (a built-in strategy, the off member, another
+    member), registering nothing."""
 
     def keep_all(grouped, generator):
         return torch.ones_like(grouped, dtype=torch.bool)
 
-    for taken in ("best_of_n", "none", "dynamic_sampling"):  # a core strategy, the family's off member, a member
-        with pytest.raises(ValueError, match=rf"sample_filter '{taken}' is registered already"):
+    before = {name: SAMPLE_FILTERS.get(name) for name in SAMPLE_FILTERS.names()}
+    for taken in ("best_of_n", "none", "dynamic_sampling"):
+        with pytest.raises(ValueError, match=rf"The sample_filter '{taken}' is already registered"):
             register_strategy(taken)(keep_all)
-    assert SAMPLE_FILTER_STRATEGIES.get("best_of_n") is not keep_all and "none" not in SAMPLE_FILTER_STRATEGIES.names()
+    assert {name: SAMPLE_FILTERS.get(name) for name in SAMPLE_FILTERS.names()} == before
 
 
 def _builtin(switch: str) -> set[str]:
     registry = FAMILIES[switch]
-    names = set()
-    for name in registry.names():
-        strategy = switch == "sample_filter" and name in SAMPLE_FILTER_STRATEGIES.names()  # a core strategy's member
-        owner = SAMPLE_FILTER_STRATEGIES.get(name) if strategy else registry.get(name)
-        if owner.__module__.startswith("trl_grpo_ext."):
-            names.add(name)
-    return names
+    return {name for name in registry.names() if registry.get(name).__module__.startswith("trl_grpo_ext.")}
 
 
 @pytest.mark.parametrize("switch", list(FAMILIES))
@@ -260,6 +260,5 @@ def test_the_docs_worked_example_trains(make_trainer, tmp_path, monkeypatch):
         assert kept and all(0.0 < k < 1.0 for k in kept), kept  # above the group mean: some rows, not all
     finally:
         FAMILIES["token_clip"].unregister("sign_flip_guard")
-        for registry in (SAMPLE_FILTERS, SAMPLE_FILTER_STRATEGIES):
-            if "above_mean" in registry:
-                registry.unregister("above_mean")
+        if "above_mean" in SAMPLE_FILTERS:
+            SAMPLE_FILTERS.unregister("above_mean")

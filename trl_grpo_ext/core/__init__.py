@@ -28,7 +28,7 @@ from .kl_control import AdaptiveKLController, DiversityKLController
 from .pkpo import annealed_k, pass_at_k_weights
 from .prm import pad_steps, prm_step_advantages
 from .registry import Registry
-from .sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask, r_squared, rank_filter_strategies
+from .sample_filter import SAMPLE_FILTER_STRATEGIES, Strategy, pf_keep_mask, r_squared, rank_filter_strategies
 from .token_clip import (
     clip_cov_mask,
     kl_cov_mask,
@@ -47,6 +47,7 @@ __all__ = [
     "pass_at_k_weights",
     "LOCAL",
     "SAMPLE_FILTER_STRATEGIES",
+    "Strategy",
     "AdaptiveKLController",
     "Collectives",
     "DiversityKLController",

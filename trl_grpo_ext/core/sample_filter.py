@@ -8,25 +8,28 @@ the full group.
 Notation:
     N: completions, consecutive runs of G = ``group_size`` share a prompt; P = N / G groups.
 
-Strategies live in :data:`SAMPLE_FILTER_STRATEGIES`; a strategy maps grouped rewards (P, G) and a generator to a keep
-mask (P, G). Register your own:
+A strategy is a plain function mapping grouped rewards (P, G) and a generator to a keep mask (P, G); the built-in ones
+are :data:`SAMPLE_FILTER_STRATEGIES`. :func:`pf_keep_mask` takes a built-in's name or any such function:
 
-    >>> @SAMPLE_FILTER_STRATEGIES.register("above_mean")
-    ... def above_mean(grouped, generator):
+    >>> def above_mean(grouped, generator):
     ...     return grouped >= grouped.nanmean(dim=1, keepdim=True)
+    >>> pf_keep_mask(torch.tensor([0.0, 1.0, 2.0, 3.0]), 4, strategy=above_mean).tolist()
+    [False, False, True, True]
+
+(The ``sample_filter`` switch's names are the family's registry: ``register_strategy`` of
+``trl_grpo_ext.families.sample_filter`` makes a function of yours one of them.)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 import torch
 
-from .registry import Registry
-
+#: ``(P, G) rewards (NaN = unscorable), generator -> (P, G) bool keep mask``
 Strategy = Callable[[torch.Tensor, "torch.Generator | None"], torch.Tensor]
-SAMPLE_FILTER_STRATEGIES: Registry[Strategy] = Registry("sample_filter", symbol="SAMPLE_FILTER_STRATEGIES")
 
 
 def _rank_desc(grouped: torch.Tensor) -> torch.Tensor:
@@ -38,13 +41,11 @@ def _rank_desc(grouped: torch.Tensor) -> torch.Tensor:
     return ranks  # (P, G)
 
 
-@SAMPLE_FILTER_STRATEGIES.register("best_of_n")
 def best_of_n(grouped: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """BoN: keep the highest-reward completion of each group."""
     return _rank_desc(grouped) == 0
 
 
-@SAMPLE_FILTER_STRATEGIES.register("best_worst")
 def best_worst(grouped: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """BW: keep the best and the worst completion of each group (two distinct rows when G >= 2).
 
@@ -56,7 +57,6 @@ def best_worst(grouped: torch.Tensor, generator: torch.Generator | None = None) 
     return (ranks == 0) | (ranks == last)
 
 
-@SAMPLE_FILTER_STRATEGIES.register("best_random")
 def best_random(grouped: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """BR: keep the best completion and one other picked uniformly at random in each group."""
     ranks = _rank_desc(grouped)  # (P, G)
@@ -68,7 +68,6 @@ def best_random(grouped: torch.Tensor, generator: torch.Generator | None = None)
     return best | (other & (grouped.size(1) > 1))
 
 
-@SAMPLE_FILTER_STRATEGIES.register("nonzero_std")
 def nonzero_std(grouped: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Keep every completion of the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter).
 
@@ -80,11 +79,29 @@ def nonzero_std(grouped: torch.Tensor, generator: torch.Generator | None = None)
     return (hi > lo).expand_as(grouped)
 
 
+#: The built-in strategies by name (read-only; the names ``sample_filter`` takes for them).
+SAMPLE_FILTER_STRATEGIES: Mapping[str, Strategy] = MappingProxyType(
+    {"best_of_n": best_of_n, "best_random": best_random, "best_worst": best_worst, "nonzero_std": nonzero_std}
+)
+
+
+def _resolve(strategy: str | Strategy) -> tuple[str, Strategy]:
+    """(name, function) of a built-in's name or a strategy function."""
+    if callable(strategy):
+        return getattr(strategy, "__name__", repr(strategy)), strategy
+    if strategy not in SAMPLE_FILTER_STRATEGIES:
+        raise ValueError(
+            f"Unknown sample_filter strategy {strategy!r}. Valid names: {', '.join(sorted(SAMPLE_FILTER_STRATEGIES))}; "
+            "or pass a function (P, G) rewards, generator -> (P, G) bool keep mask."
+        )
+    return strategy, SAMPLE_FILTER_STRATEGIES[strategy]
+
+
 def pf_keep_mask(
     rewards: torch.Tensor,
     group_size: int,
     *,
-    strategy: str,
+    strategy: str | Strategy,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Which completions PF-PPO keeps for training.
@@ -93,13 +110,13 @@ def pf_keep_mask(
         rewards: (N,) one reward per completion (NaN = unscorable, never preferred).
         group_size: G; N must be a multiple of G.
         strategy: a name in :data:`SAMPLE_FILTER_STRATEGIES` ("best_of_n", "best_random", "best_worst",
-            "nonzero_std", or one you registered).
+            "nonzero_std") or a strategy function.
         generator: randomness for strategies that draw (best_random); on the device of ``rewards``.
 
     Returns:
         (N,) bool.
     """
-    fn = SAMPLE_FILTER_STRATEGIES.get(strategy)
+    name, fn = _resolve(strategy)
     if rewards.dim() != 1 or group_size < 1 or rewards.numel() % group_size != 0:
         raise ValueError(
             f"rewards must be 1-D with a multiple of group_size ({group_size}) entries, got {tuple(rewards.shape)}."
@@ -109,15 +126,14 @@ def pf_keep_mask(
         keep = fn(grouped, generator)
     except Exception as error:
         raise RuntimeError(
-            f"The sample_filter strategy '{strategy}' ({getattr(fn, '__name__', fn)!r}) raised {type(error).__name__}: "
+            f"The sample_filter strategy '{name}' raised {type(error).__name__}: "
             f"{error}. Fix the strategy: it takes (P, G) rewards (NaN = unscorable) and a generator, and returns a "
             "(P, G) bool keep mask."
         ) from error
     if not isinstance(keep, torch.Tensor) or keep.shape != grouped.shape or keep.dtype != torch.bool:
         got = f"{keep.dtype} {tuple(keep.shape)}" if isinstance(keep, torch.Tensor) else f"{type(keep).__name__}"
         raise ValueError(
-            f"The sample_filter strategy '{strategy}' must return a bool mask of shape {tuple(grouped.shape)}, got "
-            f"{got}."
+            f"The sample_filter strategy '{name}' must return a bool mask of shape {tuple(grouped.shape)}, got {got}."
         )
     return keep.reshape(-1)
 
@@ -142,7 +158,7 @@ def rank_filter_strategies(
     true_scores: torch.Tensor,
     group_size: int,
     *,
-    strategies: Sequence[str] | None = None,
+    strategies: Sequence[str] | Mapping[str, Strategy] | None = None,
     generator: torch.Generator | None = None,
 ) -> list[tuple[str, float]]:
     """Rank strategies the way PF-PPO chooses one: by R^2 between reward and true score on the kept samples.
@@ -155,7 +171,8 @@ def rank_filter_strategies(
         rewards: (N,) the reward (model) scores of the labelled completions.
         true_scores: (N,) their true scores.
         group_size: G; consecutive rows share a prompt.
-        strategies: names to compare (default: every registered strategy).
+        strategies: built-in names, or ``{name: strategy function}`` (yours among them), to compare (default:
+            every built-in strategy).
         generator: for strategies that draw.
 
     Returns:
@@ -163,9 +180,10 @@ def rank_filter_strategies(
     """
     if rewards.shape != true_scores.shape:
         raise ValueError(f"rewards {tuple(rewards.shape)} and true_scores {tuple(true_scores.shape)} differ in shape.")
-    names = list(strategies) if strategies is not None else SAMPLE_FILTER_STRATEGIES.names()
+    chosen = SAMPLE_FILTER_STRATEGIES if strategies is None else strategies
+    named = chosen.items() if isinstance(chosen, Mapping) else [_resolve(name) for name in chosen]
     results = [("none", r_squared(rewards, true_scores))]
-    for name in names:
-        keep = pf_keep_mask(rewards, group_size, strategy=name, generator=generator)
+    for name, fn in named:
+        keep = pf_keep_mask(rewards, group_size, strategy=fn, generator=generator)
         results.append((name, r_squared(rewards[keep], true_scores[keep])))
     return sorted(results, key=lambda item: (math.isnan(item[1]), 0.0 if math.isnan(item[1]) else -item[1]))

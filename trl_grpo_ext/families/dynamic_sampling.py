@@ -68,6 +68,7 @@ class DynamicSampling(PolicyFilter):
     example_config = {"dynamic_sampling_max_rounds": 2}
     docs = "dynamic_sampling.md"
     refills_groups = True
+    select = staticmethod(nonzero_std)  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
 
     @classmethod
     def check_combination(cls, args, members) -> None:
@@ -96,7 +97,6 @@ class DynamicSampling(PolicyFilter):
     def __init__(self, args: Args, host: Host, *, rollouts: RolloutService):
         super().__init__(args, host)
         self.rollouts = rollouts
-        self.strategy = "nonzero_std"  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
         if args.dynamic_sampling_max_rounds:
             # refuses, naming the fix, a train_dataset that is missing or empty
             rollouts.draw_prompts(0, torch.Generator())

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
-from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, pf_keep_mask
+from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, Strategy, pf_keep_mask
 from .base import KEEP_KEY, GenerationBatch, Host, LossContext, Off
 from .interfaces import SAMPLE_FILTERS, FilterUpdate, SampleFilterBase
 
@@ -17,9 +17,9 @@ logger = logging.getLogger(__name__)
 
 
 class PolicyFilter(SampleFilterBase):
-    """Keeps the rows a PF-PPO strategy picks, per prompt group, after advantages were computed on the full group: the
-    member of every strategy of :data:`~trl_grpo_ext.core.sample_filter.SAMPLE_FILTER_STRATEGIES` (the switch's
-    value names the strategy).
+    """Keeps the rows a PF-PPO strategy picks, per prompt group, after advantages were computed on the full group. Each
+    strategy's member is a subclass whose :attr:`select` is the strategy function (:func:`register_strategy` makes it:
+    the built-in ones of :data:`~trl_grpo_ext.core.sample_filter.SAMPLE_FILTER_STRATEGIES`, and yours).
 
     Rows are masked, not removed (TRL splits the generation batch into equal chunks and gathers per-row metrics):
     the keep flag is multiplied into ``tool_mask`` (the loss mask slot TRL already honours), ``num_items_in_batch``
@@ -44,10 +44,12 @@ class PolicyFilter(SampleFilterBase):
     )
     optional_metrics: ClassVar[tuple[str, ...]] = ("filter/dropped_reward_mean",)  # when a row was dropped
     docs = "pf_ppo.md"
+    #: the strategy: (P, G) rewards, generator -> (P, G) keep mask
+    select: ClassVar[Strategy]
 
     def __init__(self, args: Args, host: Host):
         super().__init__(args, host)
-        self.strategy = args.sample_filter
+        self.strategy = args.sample_filter  # the switch's value, for messages
 
     def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
         if batch.mode == "eval" and not self.args.pf_filter_eval:
@@ -55,7 +57,7 @@ class PolicyFilter(SampleFilterBase):
         host = self.host
         generator = host.generator("sample_filter", per_rank=False, device=batch.rewards.device)
         scores = batch.rewards if batch.rank_scores is None else batch.rank_scores
-        keep = pf_keep_mask(scores, batch.group_size, strategy=self.strategy, generator=generator)  # (N,)
+        keep = pf_keep_mask(scores, batch.group_size, strategy=type(self).select, generator=generator)  # (N,)
         rewards = torch.nan_to_num(batch.rewards, nan=0.0)
         kept_frac = keep.float().mean().item()
         self.log_metric(batch.mode, "filter/kept_frac", kept_frac)
@@ -95,23 +97,23 @@ class PolicyFilter(SampleFilterBase):
 
 
 def register_strategy(name: str):
-    """Register a PF-PPO strategy ``(P, G) rewards, generator -> (P, G) keep mask`` as ``sample_filter=name``: one
-    registration for the user, where the pure function goes in the core's registry
-    (:data:`~trl_grpo_ext.core.sample_filter.SAMPLE_FILTER_STRATEGIES`) and :class:`PolicyFilter`, its member, in the
-    family's. A name either registry holds already is refused before anything is registered."""
+    """Register a PF-PPO strategy ``(P, G) rewards, generator -> (P, G) keep mask`` as ``sample_filter=name``: its
+    member, a :class:`PolicyFilter` applying it, goes in the family's registry (the one registry of the switch's
+    names; a name it holds already is refused). Returns the function unchanged."""
 
-    def decorator(fn):
-        for registry in (SAMPLE_FILTER_STRATEGIES, SAMPLE_FILTERS):
-            if name in registry:
-                raise ValueError(f"sample_filter {name!r} is registered already; choose another name.")
-        SAMPLE_FILTER_STRATEGIES.register(name)(fn)
-        SAMPLE_FILTERS.register(name)(PolicyFilter)
+    def decorator(fn: Strategy) -> Strategy:
+        _register(name, fn, module=fn.__module__)
         return fn
 
     return decorator
 
 
+def _register(name: str, fn: Strategy, *, module: str) -> None:
+    doc = f"``sample_filter: {name}``: :class:`PolicyFilter` with the strategy {fn.__module__}.{fn.__qualname__}."
+    namespace = {"select": staticmethod(fn), "__module__": module, "__doc__": doc}
+    SAMPLE_FILTERS.register(name)(type("PolicyFilter", (PolicyFilter,), namespace))  # named like its base in reports
+
+
 SAMPLE_FILTERS.register("none")(Off)
-# Each strategy of the core registry is applied by PolicyFilter (register_strategy does both for a new one).
-for _strategy in SAMPLE_FILTER_STRATEGIES.names():
-    SAMPLE_FILTERS.register(_strategy)(PolicyFilter)
+for _name, _strategy in SAMPLE_FILTER_STRATEGIES.items():
+    _register(_name, _strategy, module=__name__)
