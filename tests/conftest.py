@@ -127,12 +127,11 @@ class LogpProbe:
     def install(self, trainer):
         forward = trainer.ext_on_policy_forward
 
-        def probed(logps, entropies, ctx):
+        def probed(logps, entropies, batch):
             logps.retain_grad()
             self.logps = logps
-            out = forward(logps, entropies, ctx)
-            self.ctx = ctx
-            return out
+            out, self.ctx = forward(logps, entropies, batch)
+            return out, self.ctx
 
         trainer.ext_on_policy_forward = probed
         return self

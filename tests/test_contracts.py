@@ -523,6 +523,37 @@ def test_an_update_of_the_wrong_type_names_the_member(make_trainer, registered):
         trainer.train()
 
 
+class WritesTheAdvantages(Extension):
+    def select_tokens(self, logps, ctx):
+        ctx.inputs["advantages"] = ctx.advantages * 0.0  # reaching TRL's loss behind the weighting's back
+        return None
+
+
+class OverwritesTheSelection(Extension):
+    def modify_logps(self, logps, ctx):
+        ctx.selected = torch.zeros_like(ctx.mask, dtype=torch.bool)
+        return logps
+
+
+@pytest.mark.parametrize(
+    ("member", "error"),
+    [
+        (WritesTheAdvantages, "'mappingproxy' object does not support item assignment"),
+        (OverwritesTheSelection, "selected"),
+    ],
+)
+def test_a_member_writing_its_loss_context_fails_at_its_first_loss_before_the_weights_change(
+    make_trainer, registered, member, error
+):
+    """The loss context is frozen and its inputs a read-only view: a member changes advantages or the selection only
+    by returning them from its hook (shape_advantages, select_tokens), where they are checked."""
+    trainer = make_trainer(token_clip=registered(TOKEN_CLIPS, f"test_{member.__name__.lower()}", member))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises((TypeError, dataclasses.FrozenInstanceError), match=error):
+        trainer.train()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
 # ------------------------------------------------------------------------------------------------- args after build
 @pytest.mark.parametrize(
     ("built", "late"),

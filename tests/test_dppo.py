@@ -159,10 +159,13 @@ def test_anchor_is_the_rollout_policy():
     from trl_grpo_ext.families.token_clip import DPPO
 
     old, vllm = torch.zeros(1, 2), torch.ones(1, 2)
-    ctx = LossContext(inputs={"old_per_token_logps": old}, mask=torch.ones(1, 2), mode="train")
+    ctx = LossContext(inputs={"old_per_token_logps": old}, mask=torch.ones(1, 2), mode="train", logps=old)
     assert DPPO.anchor(ctx) is old
     ctx = LossContext(
-        inputs={"old_per_token_logps": old, "sampling_per_token_logps": vllm}, mask=torch.ones(1, 2), mode="train"
+        inputs={"old_per_token_logps": old, "sampling_per_token_logps": vllm},
+        mask=torch.ones(1, 2),
+        mode="train",
+        logps=old,
     )
     assert DPPO.anchor(ctx) is vllm  # vLLM's sampling log-probs: the policy that sampled (TRL's off_policy_mask too)
 

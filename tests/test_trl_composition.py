@@ -271,7 +271,7 @@ def test_aepo_term_only_on_high_entropy_tokens(make_trainer, train_dataset):
     host.policy_logps = keep
     from trl_grpo_ext.families.base import LossContext
 
-    ctx = LossContext(inputs={}, mask=torch.ones(1, 1), mode="train")
+    ctx = LossContext(inputs={}, mask=torch.ones(1, 1), mode="train", logps=torch.zeros(1, 1))
     trainer._step = 0
     aepo.extra_loss(ctx).backward()
     grad = captured["logps"].grad

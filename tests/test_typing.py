@@ -70,3 +70,10 @@ def test_a_member_misusing_the_host_is_refused():
     assert '"Host" has no attribute "save_checkpoint"' in proc.stdout, proc.stdout
     assert 'Argument 1 to "set_beta" of "BetaControl" has incompatible type "str"; expected "float"' in proc.stdout
     assert '"BetaControl" has no attribute "drop_ratio_clip"' in proc.stdout, proc.stdout
+
+
+def test_a_member_writing_its_loss_context_is_refused():
+    """The loss context is frozen and its inputs read-only: a member returns what it changes."""
+    proc = _mypy(CASES / "bad_member.py")
+    assert 'Property "selected" defined in "LossContext" is read-only' in proc.stdout, proc.stdout
+    assert 'Unsupported target for indexed assignment ("Mapping[str, Any]")' in proc.stdout, proc.stdout

@@ -21,7 +21,7 @@ longest completion of the batch.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -206,43 +206,37 @@ class GenerationBatch:
         return self._global_completions
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossContext:
-    """One micro-batch inside ``_compute_loss``.
+    """One micro-batch inside ``_compute_loss``, as the members' loss hooks read it: built by the trainer once TRL's
+    policy forward ran, and frozen. Each stage hands the next hooks a new one (``dataclasses.replace``):
+    ``shape_advantages`` gets the forward's ``logps`` and ``entropies``; ``select_tokens`` also the shaped
+    advantages and ``policy_weight``; ``modify_logps``, ``extra_loss`` and ``after_loss`` also ``selected``.
 
     Attributes:
-        inputs: the micro-batch TRL's loss reads (advantages possibly rescaled by the sample filter).
+        inputs: the micro-batch TRL's loss reads, read-only (advantages rescaled by the sample filter, then shaped).
         mask: (B, T) loss mask (completion mask x tool/filter mask).
         mode: "train" or "eval".
+        logps: (B, T) the policy's log-probs with gradient, as the model returned them.
         row_scale: factor the sample filter applies to per-sequence aggregations (1.0 otherwise).
-        forward_logps: (B, T) the policy's log-probs with gradient, as the model returned them (set by the trainer
-            once TRL's forward ran; members read :attr:`logps`).
-        selected: (B, T) bool, the tokens a member's ``select_tokens`` returned (the token clip's), or None (set by
-            the trainer).
         entropies: (B, T) per-token entropies of the same forward pass (no gradient needed), or None where TRL did
             not compute them (:attr:`token_entropies` raises then).
         policy_weight: (B, T) the factor TRL 1.16 multiplies into its per-token policy loss (not the KL term): the
             ``top_entropy_quantile`` mask x the ``off_policy_mask_threshold`` sequence mask x vLLM's importance-sampling
-            ratio, each where configured; None when none is (set by the trainer with ``logps``). Terms that act like the
+            ratio, each where configured; None when none is (and in ``shape_advantages``). Terms that act like the
             policy loss (the KL-Cov penalty) are multiplied by it, and token clips choose among ``policy_mask``.
+        selected: (B, T) bool, the tokens the token clip's ``select_tokens`` returned, or None (none selected, or in
+            the hooks before).
     """
 
-    inputs: dict[str, Any]
+    inputs: Mapping[str, Any]
     mask: torch.Tensor
     mode: str
+    logps: torch.Tensor
     row_scale: float = 1.0
-    forward_logps: torch.Tensor | None = None
-    selected: torch.Tensor | None = None
     entropies: torch.Tensor | None = None
     policy_weight: torch.Tensor | None = None
-
-    @property
-    def logps(self) -> torch.Tensor:
-        """(B, T) the policy's log-probs with gradient: set once TRL's forward ran, so readable from
-        ``shape_advantages`` on (``loss_scale`` runs before it)."""
-        if self.forward_logps is None:
-            raise RuntimeError("LossContext.logps is read before TRL's policy forward ran (in loss_scale?).")
-        return self.forward_logps
+    selected: torch.Tensor | None = None
 
     @property
     def token_entropies(self) -> torch.Tensor:

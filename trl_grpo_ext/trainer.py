@@ -28,7 +28,9 @@ import numbers
 import os
 import sys
 import tempfile
-from typing import Any
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import torch
 
@@ -53,6 +55,16 @@ from .families.observers import OBSERVERS
 from .families.slots import Slots
 
 logger = logging.getLogger(__name__)
+
+
+class MicroBatch(NamedTuple):
+    """A micro-batch as its loss begins (``ext_loss_context``), before TRL's policy forward: what its
+    :class:`LossContext` is built from."""
+
+    inputs: dict[str, Any]  # the micro-batch's own copy, the dict TRL's loss reads
+    mask: torch.Tensor  # (B, T)
+    mode: str
+    row_scale: float
 
 
 class AccelerateCollectives:
@@ -534,9 +546,9 @@ class GRPOExtTrainer(TRLHooks):
         return acc.gather(acc.pad_across_processes(tensor, dim=1, pad_index=0))
 
     # ------------------------------------------------------------------ loss side
-    def ext_loss_context(self, inputs: dict[str, Any]) -> tuple[dict[str, Any], LossContext]:
-        """A micro-batch's loss begins: its loss context (the members' row scale applied to a copy of its
-        advantages) and the inputs TRL's loss is to see."""
+    def ext_loss_context(self, inputs: dict[str, Any]) -> tuple[dict[str, Any], MicroBatch]:
+        """A micro-batch's loss begins: the inputs TRL's loss is to see (a copy, with the sample filter's row scale
+        applied to its advantages) and what the loss context will be built from once TRL's policy forward ran."""
         with self.ext_clock.measure():
             mode = "train" if self.model.training else "eval"
             completion_mask = inputs["completion_mask"]
@@ -546,8 +558,7 @@ class GRPOExtTrainer(TRLHooks):
                 row_scale = self.ext_receiver.loss_scale(sample_filter, sample_filter.loss_scale(inputs, mode))
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
-            ctx = LossContext(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
-        return inputs, ctx
+        return inputs, MicroBatch(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
 
     def ext_finish_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         """TRL's loss of the micro-batch, plus the members' loss terms; their ``after_loss``."""
@@ -561,29 +572,32 @@ class GRPOExtTrainer(TRLHooks):
         return loss
 
     def ext_on_policy_forward(
-        self, logps: torch.Tensor, entropies: torch.Tensor | None, ctx: LossContext
-    ) -> torch.Tensor:
+        self, logps: torch.Tensor, entropies: torch.Tensor | None, batch: MicroBatch
+    ) -> tuple[torch.Tensor, LossContext]:
         """The micro-batch's differentiable policy forward (``logps`` (B, T)): the members shape its advantages
-        (they may read the entropies) and act on the log-probs TRL's loss is to use."""
-        ctx.forward_logps = logps
-        ctx.entropies = entropies
+        (they may read the entropies) and act on the log-probs TRL's loss is to use. Returns those log-probs and the
+        loss context the loss terms read (frozen; each stage makes the next one)."""
         with self.ext_clock.measure():
-            # TRL's loss reads inputs["advantages"] after this call; ctx.inputs is this micro-batch's own dict
-            advantages = ctx.inputs["advantages"]
+            inputs = batch.inputs  # this micro-batch's own dict: TRL's loss reads its advantages after this call
+            ctx = LossContext(
+                inputs=MappingProxyType(inputs), mask=batch.mask, mode=batch.mode, logps=logps,
+                row_scale=batch.row_scale, entropies=entropies,
+            )  # fmt: skip
             receive, (rows, width), weighting = self.ext_receiver, logps.shape, self.extensions.advantage_weighting
             if weighting is not None:
-                shaped = weighting.shape_advantages(advantages, ctx)
-                advantages = receive.shaped_advantages(weighting, shaped, given=advantages, rows=rows, width=width)
-            ctx.inputs["advantages"] = advantages
-            ctx.policy_weight = trl_policy_weight(
-                self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=ctx.inputs, old_logps=ctx.old_logps
+                given = inputs["advantages"]
+                shaped = weighting.shape_advantages(given, ctx)
+                inputs["advantages"] = receive.shaped_advantages(weighting, shaped, given=given, rows=rows, width=width)
+            weight = trl_policy_weight(
+                self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=inputs, old_logps=ctx.old_logps
             )
+            ctx = replace(ctx, policy_weight=weight)
             clip = self.extensions.token_clip  # the one member that selects tokens
             if clip is not None:
-                ctx.selected = receive.selection(clip, clip.select_tokens(logps, ctx), like=logps)
+                ctx = replace(ctx, selected=receive.selection(clip, clip.select_tokens(logps, ctx), like=logps))
             for _, extension in self.extensions.having("modify_logps"):
                 logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps)
-        return logps
+        return logps, ctx
 
     # ------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, *args, **kwargs):

@@ -57,3 +57,10 @@ class MisusesAService(KLControllerBase):
     def after_loss(self, ctx: LossContext) -> None:
         self.beta_control.set_beta("0.1")  # a string where beta is a float
         self.beta_control.drop_ratio_clip()  # another service's method
+
+
+class WritesItsLossContext(Extension):
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
+        ctx.selected = logps > 0  # the context is frozen: a selection is returned
+        ctx.inputs["advantages"] = logps  # read-only: advantages are reshaped by returning them (shape_advantages)
+        return None

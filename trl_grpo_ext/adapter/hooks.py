@@ -6,8 +6,9 @@ overridden.
         ``_generate_and_score_completions`` (:data:`SCORED`).
     ``_generate_and_score_completions``: TRL's output before it shuffles and splits it -> ``ext_on_generation``
         (advantages, sample filters, rollouts).
-    ``_compute_loss``: a micro-batch's loss context (``ext_loss_context``) open around TRL's loss
-        (:data:`LOSS_CONTEXT`), then ``ext_finish_loss`` (the members' loss terms).
+    ``_compute_loss``: a micro-batch as its loss begins (``ext_loss_context``) open around TRL's loss
+        (:data:`LOSS_CONTEXT`), then ``ext_finish_loss`` with the loss context the forward gave back
+        (:data:`LOSS_RESULT`; the members' loss terms).
     ``_get_per_token_logps_and_entropies``: the first call inside ``_compute_loss`` is the policy's differentiable
         forward -> ``ext_on_policy_forward`` (advantage shaping, token clips).
     ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: ``ext_save_state`` / ``ext_load_state`` (the extensions'
@@ -77,8 +78,10 @@ class HandOff:
 
 #: What TRL's own scoring of a generation batch gives the batch's hooks (rewards and rows as TRL scored them).
 SCORED = HandOff("_generate_and_score_completions")
-#: The loss context of a micro-batch, filled by TRL's policy forward inside ``_compute_loss``.
+#: A micro-batch as its loss begins, for TRL's policy forward inside ``_compute_loss`` ...
 LOSS_CONTEXT = HandOff("_compute_loss")
+#: ... which gives back the micro-batch's loss context for the loss terms.
+LOSS_RESULT = HandOff("_compute_loss result")
 
 
 def _unsupported(outer: str, inner: str) -> RuntimeError:
@@ -116,20 +119,22 @@ class TRLHooks(GRPOTrainer):
         return output
 
     def _compute_loss(self, model, inputs):
-        inputs, ctx = self.ext_loss_context(inputs)
-        with LOSS_CONTEXT.open(ctx):  # TRL's policy forward inside takes it (_get_per_token_logps_and_entropies)
+        inputs, batch = self.ext_loss_context(inputs)
+        # TRL's policy forward inside takes the micro-batch and gives back its loss context
+        with LOSS_CONTEXT.open(batch), LOSS_RESULT.open() as ctx:
             loss = super()._compute_loss(model, inputs)
-        if ctx.forward_logps is None:
+        if ctx[0] is None:
             raise _unsupported("_compute_loss", "_get_per_token_logps_and_entropies")
-        return self.ext_finish_loss(loss, ctx)
+        return self.ext_finish_loss(loss, ctx[0])
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
-        ctx = LOSS_CONTEXT.take()  # the first call inside _compute_loss: the policy's differentiable forward
-        if ctx is not None:
-            logps = self.ext_on_policy_forward(logps, entropies, ctx)
+        batch = LOSS_CONTEXT.take()  # the first call inside _compute_loss: the policy's differentiable forward
+        if batch is not None:
+            logps, ctx = self.ext_on_policy_forward(logps, entropies, batch)
+            LOSS_RESULT.put(ctx)
         return logps, entropies, aux
 
     def _save_checkpoint(self, model, trial):
@@ -158,7 +163,7 @@ class TRLHooks(GRPOTrainer):
     def ext_finish_loss(self, loss, ctx):
         raise NotImplementedError
 
-    def ext_on_policy_forward(self, logps, entropies, ctx):
+    def ext_on_policy_forward(self, logps, entropies, batch):
         raise NotImplementedError
 
     def ext_save_state(self, folder: str) -> None:
@@ -168,4 +173,4 @@ class TRLHooks(GRPOTrainer):
         raise NotImplementedError
 
 
-__all__ = ["LOSS_CONTEXT", "SCORED", "HandOff", "TRLHooks"]
+__all__ = ["LOSS_CONTEXT", "LOSS_RESULT", "SCORED", "HandOff", "TRLHooks"]

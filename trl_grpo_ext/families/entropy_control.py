@@ -290,7 +290,7 @@ class AEPO(EntropyControlBase):
         return loss
 
     def after_loss(self, ctx: LossContext) -> None:
-        if ctx.mode != "train" or ctx.forward_logps is None:
+        if ctx.mode != "train":
             return
         estimator = AEPO_RULES[self.args.aepo_mode]["entropy_estimator"]
         if ctx.entropies is None and estimator == "exact":

@@ -44,8 +44,8 @@ class PolicyFilter(SampleFilterBase):
     )
     optional_metrics: ClassVar[tuple[str, ...]] = ("filter/dropped_reward_mean",)  # when a row was dropped
     docs = "pf_ppo.md"
-    #: the strategy: (P, G) rewards, generator -> (P, G) keep mask
-    select: ClassVar[Strategy]
+    #: the strategy, (P, G) rewards, generator -> (P, G) keep mask, as a staticmethod (register_strategy sets it)
+    select: ClassVar[staticmethod[[torch.Tensor, torch.Generator | None], torch.Tensor]]
 
     def __init__(self, args: Args, host: Host):
         super().__init__(args, host)
