@@ -14,6 +14,7 @@ from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.core import SAMPLE_FILTER_STRATEGIES, Registry
 from trl_grpo_ext.families import FAMILIES, SAMPLE_FILTERS, TOKEN_CLIPS, Extension, Off
 from trl_grpo_ext.families.sample_filter import PolicyFilter, register_strategy
+from trl_grpo_ext.names import MemberContractError
 
 
 def test_register_get_and_duplicate_guard():
@@ -92,6 +93,12 @@ def test_a_strategy_registration_refuses_a_taken_name():
         with pytest.raises(ValueError, match=rf"The sample_filter '{taken}' is already registered"):
             register_strategy(taken)(keep_all)
     assert {name: SAMPLE_FILTERS.get(name) for name in SAMPLE_FILTERS.names()} == before
+    # the strategy's member is built by register_strategy; PolicyFilter itself has no strategy to apply
+    with pytest.raises(MemberContractError, match=r"PolicyFilter applies a strategy and has none.*@register_strategy"):
+        SAMPLE_FILTERS.register("test_no_strategy")(PolicyFilter)
+    with pytest.raises(TypeError, match=r"register_strategy\('test_not_a_function'\) decorates a function"):
+        register_strategy("test_not_a_function")("best_of_n")
+    assert "test_no_strategy" not in SAMPLE_FILTERS and "test_not_a_function" not in SAMPLE_FILTERS
 
 
 def _builtin(switch: str) -> set[str]:

@@ -10,6 +10,7 @@ import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, Strategy, pf_keep_mask
+from ..names import MemberContractError
 from .base import KEEP_KEY, GenerationBatch, Host, LossContext, Off
 from .interfaces import SAMPLE_FILTERS, FilterUpdate, SampleFilterBase
 
@@ -46,6 +47,16 @@ class PolicyFilter(SampleFilterBase):
     docs = "pf_ppo.md"
     #: the strategy, (P, G) rewards, generator -> (P, G) keep mask, as a staticmethod (register_strategy sets it)
     select: ClassVar[staticmethod[[torch.Tensor, torch.Generator | None], torch.Tensor]]
+
+    @classmethod
+    def check_registration(cls, *, family: str, name: str) -> None:
+        super().check_registration(family=family, name=name)
+        if not callable(getattr(cls, "select", None)):
+            raise MemberContractError(
+                f"{family}={name!r}: {cls.__name__} applies a strategy and has none. Fix: register the strategy "
+                f"function itself, @register_strategy({name!r}) (trl_grpo_ext.families.sample_filter), which builds "
+                "its PolicyFilter."
+            )
 
     def __init__(self, args: Args, host: Host):
         super().__init__(args, host)
@@ -102,6 +113,11 @@ def register_strategy(name: str):
     names; a name it holds already is refused). Returns the function unchanged."""
 
     def decorator(fn: Strategy) -> Strategy:
+        if not callable(fn):
+            raise TypeError(
+                f"register_strategy({name!r}) decorates a function (P, G) rewards, generator -> (P, G) bool keep "
+                f"mask, got {type(fn).__name__}."
+            )
         _register(name, fn, module=fn.__module__)
         return fn
 
