@@ -91,11 +91,7 @@ def test_rank_filter_strategies_prefers_reliable_extremes():
     assert [s for _, s in ranking] == sorted((s for _, s in ranking), reverse=True)
     # a strategy of one's own is ranked beside a built-in; keeping the reward's extremes beats keeping all
     extremes = {"extremes": lambda grouped, generator: (grouped < 0.2) | (grouped > 0.8)}  # reward's reliable range
-    mine = dict(
-        rank_filter_strategies(
-            reward, true, 8, strategies={**extremes, "best_of_n": SAMPLE_FILTER_STRATEGIES["best_of_n"]}
-        )
-    )
+    mine = dict(rank_filter_strategies(reward, true, 8, strategies={**extremes, "best_of_n": "best_of_n"}))
     assert set(mine) == {"none", "extremes", "best_of_n"} and mine["extremes"] > mine["none"]
     assert dict(rank_filter_strategies(reward, true, 8, strategies=["best_worst"], generator=gen)) == {
         "none": scores["none"],

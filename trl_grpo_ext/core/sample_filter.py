@@ -158,7 +158,7 @@ def rank_filter_strategies(
     true_scores: torch.Tensor,
     group_size: int,
     *,
-    strategies: Sequence[str] | Mapping[str, Strategy] | None = None,
+    strategies: Sequence[str] | Mapping[str, str | Strategy] | None = None,
     generator: torch.Generator | None = None,
 ) -> list[tuple[str, float]]:
     """Rank strategies the way PF-PPO chooses one: by R^2 between reward and true score on the kept samples.
@@ -171,8 +171,8 @@ def rank_filter_strategies(
         rewards: (N,) the reward (model) scores of the labelled completions.
         true_scores: (N,) their true scores.
         group_size: G; consecutive rows share a prompt.
-        strategies: built-in names, or ``{name: strategy function}`` (yours among them), to compare (default:
-            every built-in strategy).
+        strategies: built-in names, or ``{name: strategy function or built-in name}`` (yours among them), to
+            compare (default: every built-in strategy).
         generator: for strategies that draw.
 
     Returns:
