@@ -108,9 +108,9 @@ def main():
     spliced = []
     apply = trainer._apply_splice
 
-    def count_splice(batch, splice):
+    def count_splice(out, splice):
         spliced.append(len(splice.rollout.completion_ids))
-        apply(batch, splice)
+        apply(out, splice)
 
     trainer._apply_splice = count_splice
     refills = []

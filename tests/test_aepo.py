@@ -209,10 +209,10 @@ def _splice_spy(trainer):
     seen = []
     original = trainer._apply_splice
 
-    def spy(batch, splice):
-        before = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.output.items()}
-        original(batch, splice)
-        seen.append((before, batch.output, splice))
+    def spy(out, splice):
+        before = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+        original(out, splice)
+        seen.append((before, out, splice))
 
     trainer._apply_splice = spy
     return seen

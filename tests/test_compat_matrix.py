@@ -158,9 +158,9 @@ def record_spliced_masks(trainer):
     trainer.spliced_masks = []
     apply = trainer._apply_splice
 
-    def spy(batch, splice):
-        apply(batch, splice)
-        rows, out = len(splice.rollout.completion_ids), batch.output
+    def spy(out, splice):
+        apply(out, splice)
+        rows = len(splice.rollout.completion_ids)
         # AEPO's splices only (one advantage for every sample); dynamic sampling's new groups (one advantage each) keep
         # TRL's own masks, truncated rows too
         if rows and splice.advantages is None:

@@ -535,19 +535,34 @@ class OverwritesTheSelection(Extension):
         return logps
 
 
+class WritesTRLsBatch(Extension):
+    def on_generation(self, batch):
+        batch.output["advantages"] = batch.output["advantages"] * 0.0  # past the checks of a returned update
+        return None
+
+
+class SetsTheKeptRows(Extension):
+    def on_generation(self, batch):
+        batch.keep = torch.zeros_like(batch.rewards, dtype=torch.bool)
+        return None
+
+
 @pytest.mark.parametrize(
-    ("member", "error"),
+    ("switch", "registry", "member", "error"),
     [
-        (WritesTheAdvantages, "'mappingproxy' object does not support item assignment"),
-        (OverwritesTheSelection, "selected"),
+        ("token_clip", TOKEN_CLIPS, WritesTheAdvantages, "'mappingproxy' object does not support item assignment"),
+        ("token_clip", TOKEN_CLIPS, OverwritesTheSelection, "selected"),
+        ("advantage_weighting", ADVANTAGE_WEIGHTINGS, WritesTRLsBatch, "'mappingproxy' object does not support item"),
+        ("advantage_weighting", ADVANTAGE_WEIGHTINGS, SetsTheKeptRows, "keep"),
     ],
 )
-def test_a_member_writing_its_loss_context_fails_at_its_first_loss_before_the_weights_change(
-    make_trainer, registered, member, error
+def test_a_member_writing_what_its_hook_reads_fails_before_the_weights_change(
+    make_trainer, registered, switch, registry, member, error
 ):
-    """The loss context is frozen and its inputs a read-only view: a member changes advantages or the selection only
-    by returning them from its hook (shape_advantages, select_tokens), where they are checked."""
-    trainer = make_trainer(token_clip=registered(TOKEN_CLIPS, f"test_{member.__name__.lower()}", member))
+    """The generation batch and the loss context are frozen, TRL's output and the micro-batch's inputs read-only
+    views: a member changes advantages, kept rows or the selection only by returning them from its hook
+    (on_generation, shape_advantages, select_tokens), where they are checked."""
+    trainer = make_trainer(**{switch: registered(registry, f"test_{member.__name__.lower()}", member)})
     before = [p.detach().clone() for p in trainer.model.parameters()]
     with pytest.raises((TypeError, dataclasses.FrozenInstanceError), match=error):
         trainer.train()

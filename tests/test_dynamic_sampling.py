@@ -48,9 +48,9 @@ def generate(trainer, rows):
     splices = []
     apply = trainer._apply_splice
 
-    def watch(batch, splice):
+    def watch(out, splice):
         splices.append(splice)
-        apply(batch, splice)
+        apply(out, splice)
 
     trainer._apply_splice = watch
     return trainer._generate_and_score_completions(rows), splices

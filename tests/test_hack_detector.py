@@ -858,9 +858,9 @@ def test_screen_drops_flagged_completions_from_their_group_after_the_alarm(make_
     seen = []
     original = trainer._screen
 
-    def watched(batch):
-        before = batch.output["advantages"].clone()
-        original(batch)
+    def watched(output, batch):
+        before = output["advantages"].clone()
+        original(output, batch)
         monitor = trainer.collapse_monitor
         if monitor.screening and batch.mode == "train":
             seen.append((before, batch.output["advantages"].clone(), monitor.last_flags.clone(), batch.rewards.clone()))

@@ -213,11 +213,10 @@ def test_aepo_keeps_the_env_mask_of_a_rollout_func(make_trainer, mode):
     else:
         apply = trainer._apply_splice
 
-        def spy(batch, splice):
-            apply(batch, splice)
+        def spy(out, splice):
+            apply(out, splice)
             rows = len(splice.rollout.completion_ids)
             if rows:
-                out = batch.output
                 masks.append(out["completion_mask"][:rows] * out["tool_mask"][:rows])
 
         trainer._apply_splice = spy

@@ -72,8 +72,10 @@ def test_a_member_misusing_the_host_is_refused():
     assert '"BetaControl" has no attribute "drop_ratio_clip"' in proc.stdout, proc.stdout
 
 
-def test_a_member_writing_its_loss_context_is_refused():
-    """The loss context is frozen and its inputs read-only: a member returns what it changes."""
+def test_a_member_writing_what_its_hook_reads_is_refused():
+    """The generation batch and the loss context are frozen, TRL's output and the inputs read-only: a member returns
+    what it changes."""
     proc = _mypy(CASES / "bad_member.py")
     assert 'Property "selected" defined in "LossContext" is read-only' in proc.stdout, proc.stdout
-    assert 'Unsupported target for indexed assignment ("Mapping[str, Any]")' in proc.stdout, proc.stdout
+    assert 'Property "keep" defined in "GenerationBatch" is read-only' in proc.stdout, proc.stdout
+    assert proc.stdout.count('Unsupported target for indexed assignment ("Mapping[str, Any]")') == 2, proc.stdout

@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import torch
@@ -160,19 +161,21 @@ class GenerationUpdate:
     splice: Splice | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationBatch:
-    """One scored generation batch, before TRL shuffles and splits it.
+    """One scored generation batch, before TRL shuffles and splits it; frozen, as every hook reads it (a member
+    changes the batch only through the :class:`GenerationUpdate` it returns, which the trainer checks and writes).
 
     Attributes:
-        output: TRL's local output dict (``advantages`` (B,), ``completion_mask`` (B, T), ...); read-only for hooks
-            (they return a :class:`GenerationUpdate`).
+        output: TRL's local output dict (``advantages`` (B,), ``completion_mask`` (B, T), ...), as a read-only view
+            (the trainer writes the members' updates into TRL's dict; the view shows them).
         rewards_per_func: (N, F) rewards of all processes (N = B x processes), NaN for None.
         rewards: (N,) weighted sum as TRL computes it, NaN where unscorable.
         group_size: completions per prompt.
         process_slice: this process's rows in the N global rows.
         mode: "train" or "eval".
-        keep: (N,) bool rows that train, once a member returned ``keep`` (None: all).
+        keep: (N,) bool rows that train, once a member returned ``keep`` (None: all; the trainer hands the next
+            members a batch with it).
         inputs, prompts, completions, completion_ids_list: this process's rows as TRL passed them to the reward
             functions.
         rank_scores: (N,) what a sample filter ranks rows by: the weighted reward sum, or under
@@ -180,7 +183,7 @@ class GenerationBatch:
         gather_padded: gathers a (B, T) tensor of every process, padded to the longest T (identity on one process).
     """
 
-    output: dict[str, Any]
+    output: Mapping[str, Any]
     rewards_per_func: torch.Tensor
     rewards: torch.Tensor
     group_size: int
@@ -193,17 +196,22 @@ class GenerationBatch:
     completion_ids_list: list[list[int]] = field(default_factory=list)
     rank_scores: torch.Tensor | None = None
     gather_padded: Callable[[torch.Tensor], torch.Tensor] | None = None
-    _global_completions: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+    #: (N, T') ids and mask of every process, once gathered (shared by the batches ``dataclasses.replace`` makes)
+    _gathered: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.output, MappingProxyType):
+            object.__setattr__(self, "output", MappingProxyType(self.output))
 
     def global_completions(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, T') completion ids and completion mask of all processes, gathered once per batch (a collective on
         first use: call it on every process)."""
-        if self._global_completions is None:
+        if "completions" not in self._gathered:
             ids, mask = self.output["completion_ids"], self.output["completion_mask"]
             if self.gather_padded is not None:
                 ids, mask = self.gather_padded(ids), self.gather_padded(mask)
-            self._global_completions = (ids, mask)
-        return self._global_completions
+            self._gathered["completions"] = (ids, mask)
+        return self._gathered["completions"]
 
 
 @dataclass(frozen=True)

@@ -448,36 +448,39 @@ class GRPOExtTrainer(TRLHooks):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         local_rows = output["completion_ids"].size(0)
         rank = self.accelerator.process_index
-        batch = GenerationBatch(
-            output=output,
-            rewards=combined_rewards(scored["rewards_per_func"], self.reward_weights),
-            group_size=group_size,
-            process_slice=slice(rank * local_rows, (rank + 1) * local_rows),
-            mode=mode,
-            gather_padded=self._gather_padded,
-            **scored,
-        )
+        rewards = combined_rewards(scored["rewards_per_func"], self.reward_weights)  # (N,)
+        rank_scores = None
         if self.args.multi_objective_aggregation == "normalize_then_sum":
             # TRL's advantage (still its own here: no estimator ran yet) is what this aggregation ranks rows by.
             scores = self.accelerator.gather(output["advantages"].detach()).float()  # (N,)
-            batch.rank_scores = scores.masked_fill(torch.isnan(batch.rewards), float("nan"))
+            rank_scores = scores.masked_fill(torch.isnan(rewards), float("nan"))
+        batch = GenerationBatch(
+            output=MappingProxyType(output),  # the members' view; only this trainer writes TRL's dict
+            rewards=rewards,
+            group_size=group_size,
+            process_slice=slice(rank * local_rows, (rank + 1) * local_rows),
+            mode=mode,
+            rank_scores=rank_scores,
+            gather_padded=self._gather_padded,
+            **scored,
+        )
         splices = []
-        rows = batch.rewards.numel()  # every process's rows
+        rows = rewards.numel()  # every process's rows
         for family, extension in self.extensions.having("on_generation"):
             update = self.ext_receiver.generation_update(
                 extension, extension.on_generation(batch), rows=rows, family=family,
-                width=lambda: batch.global_completions()[1].size(1),
+                width=lambda batch=batch: batch.global_completions()[1].size(1),
             )  # fmt: skip
             if update is not None:
-                self._apply_generation_update(batch, update)
+                batch = self._apply_generation_update(output, batch, update)
                 if update.splice is not None:
                     splices.append(update.splice)
-        self._screen(batch)
+        self._screen(output, batch)
         # after every member (the others saw TRL's own samples), each on rows no earlier splice took
-        for splice in place_splices(splices, batch.output["completion_ids"].size(0)):
-            self._apply_splice(batch, splice)
+        for splice in place_splices(splices, output["completion_ids"].size(0)):
+            self._apply_splice(output, splice)
 
-    def _screen(self, batch: GenerationBatch) -> None:
+    def _screen(self, output: dict[str, Any], batch: GenerationBatch) -> None:
         """``collapse_action="screen"`` after its alarm: the rows of this training batch an audit flags (the collapse
         monitor's ``last_flags``: favoured by the training reward, failed by an audit) leave their group. They train
         with advantage 0, and the others' advantages are computed again by the advantage estimator from the group's
@@ -490,7 +493,7 @@ class GRPOExtTrainer(TRLHooks):
         if monitor is None or not monitor.screening or batch.mode != "train" or monitor.last_flags is None:
             return
         flags = monitor.last_flags  # (N,) every process's rows
-        advantages = batch.output["advantages"]  # (B,) or (B, T)
+        advantages = output["advantages"]  # (B,) or (B, T)
         estimator = self.extensions.advantage_estimator
         regroup = (
             bool(flags.any())
@@ -504,17 +507,19 @@ class GRPOExtTrainer(TRLHooks):
             rewards = batch.rewards.masked_fill(flags.to(batch.rewards.device), float("nan"))  # (N,)
             regrouped = self.ext_rollouts.group_advantages(rewards, batch.group_size)  # (N,)
             regrouped = regrouped.masked_fill(flags.to(regrouped.device), 0.0)
-            batch.output["advantages"] = regrouped[batch.process_slice].to(advantages)
+            output["advantages"] = regrouped[batch.process_slice].to(advantages)
             log_advantages(self, regrouped)
         else:
             keep = (~flags[batch.process_slice]).to(advantages)  # (B,)
-            batch.output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
+            output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
             zero_logged_advantages(self, flags)
         self.ext_host.log("train", "audit/screened", float(flags.sum()))
 
-    def _apply_generation_update(self, batch: GenerationBatch, update: GenerationUpdate) -> None:
-        """Write what a member returned into TRL's batch (the only place TRL's generation output is edited)."""
-        out = batch.output
+    def _apply_generation_update(
+        self, out: dict[str, Any], batch: GenerationBatch, update: GenerationUpdate
+    ) -> GenerationBatch:
+        """Write what a member returned into TRL's batch ``out`` (the only place TRL's generation output is edited);
+        the batch the next members read (with the rows that train, where ``update`` says)."""
         completion_mask = out["completion_mask"]  # (B, T)
         if update.advantages is not None:
             local = update.advantages[batch.process_slice]  # (B,) or (B, T')
@@ -525,18 +530,19 @@ class GRPOExtTrainer(TRLHooks):
             per_row = update.advantages if update.advantages.dim() == 1 else update.advantages[:, 0]
             log_advantages(self, per_row)
         if update.keep is not None:
-            batch.keep = update.keep
+            batch = replace(batch, keep=update.keep)
             local_keep = update.keep[batch.process_slice]  # (B,)
             base = out.get("tool_mask")
             base = torch.ones_like(completion_mask) if base is None else base
             out["tool_mask"] = base * local_keep.unsqueeze(1).to(base.dtype)
             out["num_items_in_batch"] = self.accelerator.gather((completion_mask * out["tool_mask"]).sum()).sum()
             out[KEEP_KEY] = local_keep
+        return batch
 
-    def _apply_splice(self, batch: GenerationBatch, splice) -> None:
-        """Write a member's :class:`~trl_grpo_ext.adapter.rollouts.Splice` into TRL's batch (the rollout mechanism of
-        :mod:`trl_grpo_ext.adapter.rollouts`; a method so that tests can watch it)."""
-        apply_splice(batch.output, splice, self.ext_rollouts, keep_key=KEEP_KEY)
+    def _apply_splice(self, out: dict[str, Any], splice) -> None:
+        """Write a member's :class:`~trl_grpo_ext.adapter.rollouts.Splice` into TRL's batch ``out`` (the rollout
+        mechanism of :mod:`trl_grpo_ext.adapter.rollouts`; a method so that tests can watch it)."""
+        apply_splice(out, splice, self.ext_rollouts, keep_key=KEEP_KEY)
 
     def _gather_padded(self, tensor: torch.Tensor) -> torch.Tensor:
         """(B, T) of every process, right-padded with 0 to the longest T, concatenated: (N, T')."""

@@ -64,3 +64,9 @@ class WritesItsLossContext(Extension):
         ctx.selected = logps > 0  # the context is frozen: a selection is returned
         ctx.inputs["advantages"] = logps  # read-only: advantages are reshaped by returning them (shape_advantages)
         return None
+
+
+class WritesItsBatch(Extension):
+    def on_generation(self, batch: GenerationBatch) -> None:
+        batch.keep = None  # the batch is frozen: kept rows are returned (FilterUpdate)
+        batch.output["advantages"] = batch.rewards  # read-only: advantages are returned (AdvantageUpdate)

@@ -79,8 +79,8 @@ class Probe:
             )
             return outputs
 
-        def apply_splice(batch, splice):
-            real_splice(batch, splice)
+        def apply_splice(out, splice):
+            real_splice(out, splice)
             rows = list(range(len(splice.rollout.completion_ids))) if splice.rows is None else list(splice.rows)
             self._pending.append((rows, splice.rollout.temperature))
 
