@@ -842,25 +842,42 @@ def test_a_misnamed_or_trained_on_audit_is_refused(make_trainer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("regroup", [True, False])
-def test_screen_drops_flagged_completions_from_their_group_after_the_alarm(make_trainer, monkeypatch, regroup):
+@pytest.mark.parametrize(
+    ("settings", "regroup"),
+    [
+        ({}, True),
+        ({"advantage_weighting": "w_reinforce", "w_reinforce_baseline": "group"}, True),  # shapes in the loss
+        ({"advantage_weighting": "w_reinforce", "w_reinforce_baseline": "none"}, False),  # its own, groupless ones
+        ({"no_group_advantages": True}, False),
+    ],
+)
+def test_screen_drops_flagged_completions_from_their_group_after_the_alarm(
+    make_trainer, monkeypatch, settings, regroup
+):
     """collapse_action='screen': from the alarm on, every training batch's rows the audit flags train with advantage 0
     (and show 0 in TRL's table), and the others' advantages are their group's over its unflagged rewards (TRL's
-    formula with the flagged rewards left out), so an honest row is not measured against the hacked rewards; where
-    the estimator gives no group advantages from rewards (PRM; here the GRPO estimator made to say so), the flagged
-    rows are only zeroed. Training goes on."""
+    formula with the flagged rewards left out), so an honest row is not measured against the hacked rewards; so too
+    under a weighting that shapes in the loss (W-REINFORCE's group baseline). Where the estimator gives no group
+    advantages from rewards (PRM; here the GRPO estimator made to say so), or a weighting replaced them with its own
+    (W-REINFORCE without a baseline: nothing to regroup), the flagged rows are only zeroed. Training goes on. (The
+    weighted runs screen from their first step, as a run resumed while screening does: W-REINFORCE's down-weighting
+    slows this tiny hack past the alarm.)"""
     from trl_grpo_ext.core.advantages import group_relative_advantages
 
+    settings = dict(settings)
+    no_group = settings.pop("no_group_advantages", False)
     trainer = make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], collapse_action="screen",
-                           **{**AUDITED, "collapse_audit_rise": 0.05})  # fmt: skip
-    if not regroup:
+                           **{**AUDITED, "collapse_audit_rise": 0.05, **settings})  # fmt: skip
+    if no_group:
         monkeypatch.setattr(type(trainer.extensions["advantage_estimator"]), "gives_group_advantages", False)
+    weighted = bool(settings)
+    trainer.collapse_monitor.screening = weighted
     seen = []
     original = trainer._screen
 
-    def watched(output, batch):
+    def watched(output, batch, **kwargs):
         before = output["advantages"].clone()
-        original(output, batch)
+        original(output, batch, **kwargs)
         monitor = trainer.collapse_monitor
         if monitor.screening and batch.mode == "train":
             seen.append((before, batch.output["advantages"].clone(), monitor.last_flags.clone(), batch.rewards.clone()))
@@ -868,7 +885,8 @@ def test_screen_drops_flagged_completions_from_their_group_after_the_alarm(make_
     trainer._screen = watched
     trainer.train()
     event = trainer.collapse_monitor.event
-    assert event is not None and trainer.state.global_step == HACK["max_steps"]  # screening does not stop training
+    assert trainer.state.global_step == HACK["max_steps"]  # screening does not stop training
+    assert event is not None or weighted
     assert seen, "no batch was screened after the alarm"
     flagged_any = changed = False
     for before, after, flags, rewards in seen:
@@ -884,7 +902,8 @@ def test_screen_drops_flagged_completions_from_their_group_after_the_alarm(make_
     assert flagged_any
     assert changed or not regroup  # leaving the hacked rewards out moved some honest row's advantage
     screened = [h["audit/screened"] for h in last_logs(trainer) if "audit/screened" in h]
-    assert screened and all(h["step"] > event.step for h in last_logs(trainer) if "audit/screened" in h)
+    start = event.step if event is not None and not weighted else 0
+    assert screened and all(h["step"] > start for h in last_logs(trainer) if "audit/screened" in h)
     table = torch.tensor(list(trainer._logs["advantages"]))
     last_after, last_flags = seen[-1][1], seen[-1][2]
     assert torch.equal(table[last_flags], torch.zeros(int(last_flags.sum())))

@@ -466,6 +466,7 @@ class GRPOExtTrainer(TRLHooks):
         )
         splices = []
         rows = rewards.numel()  # every process's rows
+        replaced = False  # a member after the estimator put advantages of its own in place of the group's
         for family, extension in self.extensions.having("on_generation"):
             update = self.ext_receiver.generation_update(
                 extension, extension.on_generation(batch), rows=rows, family=family,
@@ -473,22 +474,26 @@ class GRPOExtTrainer(TRLHooks):
             )  # fmt: skip
             if update is not None:
                 batch = self._apply_generation_update(output, batch, update)
+                replaced |= family != "advantage_estimator" and update.advantages is not None
                 if update.splice is not None:
                     splices.append(update.splice)
-        self._screen(output, batch)
+        self._screen(output, batch, regroup=not replaced)
         # after every member (the others saw TRL's own samples), each on rows no earlier splice took
         for splice in place_splices(splices, output["completion_ids"].size(0)):
             self._apply_splice(output, splice)
 
-    def _screen(self, output: dict[str, Any], batch: GenerationBatch) -> None:
+    def _screen(self, output: dict[str, Any], batch: GenerationBatch, *, regroup: bool) -> None:
         """``collapse_action="screen"`` after its alarm: the rows of this training batch an audit flags (the collapse
         monitor's ``last_flags``: favoured by the training reward, failed by an audit) leave their group. They train
         with advantage 0, and the others' advantages are computed again by the advantage estimator from the group's
         unflagged rewards (a flagged reward as an unscorable one, NaN): zeroing the flagged rows alone would leave the
-        honest rows of their group measured against the hacked rewards, below the group mean, and pushed down. Where
-        the estimator cannot (PRM's step rewards), an advantage weighting has reshaped the advantages, or TRL
-        normalises each reward first (``normalize_then_sum``), the flagged rows' advantages are zeroed only. Rows a
-        splice replaces next are new samples, not screened. Logs ``audit/screened`` (rows of all processes)."""
+        honest rows of their group measured against the hacked rewards, below the group mean, and pushed down. A
+        weighting that shapes in the loss (W-REINFORCE with its group baseline, entropy-shaped advantages) then shapes
+        the recomputed advantages. The flagged rows' advantages are zeroed only where the estimator cannot recompute
+        (PRM's step rewards), where TRL normalises each reward first (``normalize_then_sum``), and where a member
+        replaced the group's advantages with its own (``regroup`` False: W-REINFORCE without a baseline, whose
+        advantages have no group to leave, so zeroing is exact there). Rows a splice replaces next are new samples,
+        not screened. Logs ``audit/screened`` (rows of all processes)."""
         monitor = self.collapse_monitor
         if monitor is None or not monitor.screening or batch.mode != "train" or monitor.last_flags is None:
             return
@@ -496,10 +501,10 @@ class GRPOExtTrainer(TRLHooks):
         advantages = output["advantages"]  # (B,) or (B, T)
         estimator = self.extensions.advantage_estimator
         regroup = (
-            bool(flags.any())
+            regroup
+            and bool(flags.any())
             and estimator is not None
             and type(estimator).gives_group_advantages
-            and self.extensions.advantage_weighting is None
             and self.args.multi_objective_aggregation == "sum_then_normalize"
             and advantages.dim() == 1
         )
