@@ -25,7 +25,7 @@ from ..adapter.host import MonitorSource
 from ..adapter.rollouts import RolloutService
 
 # The registries (trl_grpo_ext.api types them; trl_grpo_ext.names holds them for the config), re-exported here too.
-from ..api import (  # noqa: F401  (re-exported)  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TOKEN_CLIPS, ...)
+from ..api import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TOKEN_CLIPS, ...)
     ADVANTAGE_ESTIMATORS,
     ADVANTAGE_WEIGHTINGS,
     ENTROPY_CONTROLS,
