@@ -246,6 +246,10 @@ class LossContext:
     policy_weight: torch.Tensor | None = None
     selected: torch.Tensor | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.inputs, MappingProxyType):
+            object.__setattr__(self, "inputs", MappingProxyType(self.inputs))
+
     @property
     def token_entropies(self) -> torch.Tensor:
         """(B, T) per-token entropies; ``RuntimeError`` where TRL did not compute them."""

@@ -29,7 +29,6 @@ import os
 import sys
 import tempfile
 from dataclasses import replace
-from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import torch
@@ -455,7 +454,7 @@ class GRPOExtTrainer(TRLHooks):
             scores = self.accelerator.gather(output["advantages"].detach()).float()  # (N,)
             rank_scores = scores.masked_fill(torch.isnan(rewards), float("nan"))
         batch = GenerationBatch(
-            output=MappingProxyType(output),  # the members' view; only this trainer writes TRL's dict
+            output=output,  # the members read a view of it; only this trainer writes TRL's dict
             rewards=rewards,
             group_size=group_size,
             process_slice=slice(rank * local_rows, (rank + 1) * local_rows),
@@ -591,7 +590,7 @@ class GRPOExtTrainer(TRLHooks):
         with self.ext_clock.measure():
             inputs = batch.inputs  # this micro-batch's own dict: TRL's loss reads its advantages after this call
             ctx = LossContext(
-                inputs=MappingProxyType(inputs), mask=batch.mask, mode=batch.mode, logps=logps,
+                inputs=inputs, mask=batch.mask, mode=batch.mode, logps=logps,
                 row_scale=batch.row_scale, entropies=entropies,
             )  # fmt: skip
             receive, (rows, width), weighting = self.ext_receiver, logps.shape, self.extensions.advantage_weighting
