@@ -33,8 +33,7 @@ class ZeroGuard(Extension):
 
     def modify_logps(self, logps, ctx):
         chosen = ctx.policy_mask & (torch.sign(logps.detach() - ctx.old_logps) * torch.sign(ctx.advantages) < 0)
-        self.log_metric(ctx.mode, "zero_guard/detached_frac", float(chosen.float().mean()))
-        return torch.where(chosen, logps.detach(), logps)
+        return torch.where(chosen, logps.detach(), logps), {"zero_guard/detached_frac": float(chosen.float().mean())}
 '''
 PAGE = "# Zero guard\n\n`token_clip: zero_guard` detaches the tokens whose ratio moved against their advantage.\n"
 LITERAL = 'token_clip: Literal["none", "clip_cov", "kl_cov", "dppo"]'

@@ -192,7 +192,9 @@ class _Controller(Extension):
 
 
 def _beta_service(owner: str, trainer=None):
-    return BetaService(trainer or _Trainer(), functools.partial(Receiver(lambda: 7).beta, owner))
+    return BetaService(
+        trainer or _Trainer(), functools.partial(Receiver(lambda: 7, log=lambda *metric: None).beta, owner)
+    )
 
 
 def test_a_member_holds_its_own_settings_and_only_the_services_it_names():
@@ -244,7 +246,8 @@ def test_a_beta_outside_its_range_is_refused_naming_the_member(value):
 
 
 # ------------------------------------------------------------------------------------------------- outputs
-RECEIVE = Receiver(lambda: 3)
+LOGGED: list[tuple[str, str, float]] = []  # what RECEIVE logged (mode, key, value)
+RECEIVE = Receiver(lambda: 3, log=lambda *metric: LOGGED.append(metric))
 
 
 def test_a_hook_with_the_wrong_parameters_is_refused_at_registration():
@@ -321,16 +324,21 @@ def test_members_that_would_train_as_silent_no_ops_are_refused_at_registration()
 def test_advantages_with_a_graph_or_the_wrong_width_and_unwritable_state_are_refused_by_name():
     logps = torch.zeros(2, 3, requires_grad=True)
     with pytest.raises(MemberContractError, match=r"Shaper\.shape_advantages at step 3: advantages carry a gradient"):
-        RECEIVE.shaped_advantages("Shaper", logps.sum(1) * 2, given=torch.zeros(2), rows=2, width=3)
+        RECEIVE.shaped_advantages("Shaper", logps.sum(1) * 2, given=torch.zeros(2), rows=2, width=3, mode="train")
     from trl_grpo_ext.families.base import GenerationUpdate
 
     with pytest.raises(MemberContractError, match=r"token-level advantages of width 5.*have 3 tokens"):
         RECEIVE.generation_update(
             "Wide", GenerationUpdate(advantages=torch.zeros(2, 5)), rows=2, family="advantage_estimator",
-            width=lambda: 3,
+            width=lambda: 3, mode="train",
         )  # fmt: skip
     assert RECEIVE.generation_update(
-        "Fits", GenerationUpdate(advantages=torch.zeros(2, 3)), rows=2, family="advantage_estimator", width=lambda: 3
+        "Fits",
+        GenerationUpdate(advantages=torch.zeros(2, 3)),
+        rows=2,
+        family="advantage_estimator",
+        width=lambda: 3,
+        mode="train",
     )
     with pytest.raises(MemberContractError, match=r"Keeper\.state_dict at step 3: .*JSON state file cannot hold"):
         RECEIVE.state("Keeper", {"moments": torch.zeros(2)})
@@ -389,31 +397,41 @@ class Member:
 def test_generation_updates_are_checked():
     member = Member()
     with pytest.raises(MemberContractError, match=r"Member\.on_generation at step 3: returned dict.*AdvantageUpdate"):
-        RECEIVE.generation_update(member, {"advantages": torch.zeros(8)}, rows=8, family="advantage_estimator")
+        RECEIVE.generation_update(
+            member, {"advantages": torch.zeros(8)}, rows=8, family="advantage_estimator", mode="train"
+        )
     with pytest.raises(MemberContractError, match=r"shape \(16,\); the batch has 8 rows"):
         RECEIVE.generation_update(
-            member, AdvantageUpdate(advantages=torch.zeros(16)), rows=8, family="advantage_estimator"
+            member, AdvantageUpdate(advantages=torch.zeros(16)), rows=8, family="advantage_estimator", mode="train"
         )
     with pytest.raises(MemberContractError, match=r"shape \(4,\); the batch has 8 rows"):
         RECEIVE.generation_update(
-            member, AdvantageUpdate(advantages=torch.zeros(4)), rows=8, family="advantage_weighting"
+            member, AdvantageUpdate(advantages=torch.zeros(4)), rows=8, family="advantage_weighting", mode="train"
         )
     nan = torch.zeros(8)
     nan[5] = float("nan")
     with pytest.raises(MemberContractError, match=r"1 non-finite value\(s\) \(rows \[5\]\).*nan_to_num"):
-        RECEIVE.generation_update(member, AdvantageUpdate(advantages=nan), rows=8, family="advantage_estimator")
+        RECEIVE.generation_update(
+            member, AdvantageUpdate(advantages=nan), rows=8, family="advantage_estimator", mode="train"
+        )
     with pytest.raises(MemberContractError, match=r"are a torch.int64 tensor"):
         RECEIVE.generation_update(
-            member, AdvantageUpdate(advantages=torch.zeros(8, dtype=torch.long)), rows=8, family="advantage_estimator"
+            member,
+            AdvantageUpdate(advantages=torch.zeros(8, dtype=torch.long)),
+            rows=8,
+            family="advantage_estimator",
+            mode="train",
         )
     with pytest.raises(MemberContractError, match=r"keep is a torch.float32 tensor of shape \(8,\), not a \(8,\) bool"):
-        RECEIVE.generation_update(member, FilterUpdate(keep=torch.ones(8)), rows=8, family="sample_filter")
+        RECEIVE.generation_update(
+            member, FilterUpdate(keep=torch.ones(8)), rows=8, family="sample_filter", mode="train"
+        )
     ok = FilterUpdate(keep=torch.ones(8, dtype=torch.bool))
-    assert RECEIVE.generation_update(member, ok, rows=8, family="sample_filter") is ok
-    assert RECEIVE.generation_update(member, None, rows=8, family="kl_control") is None
+    assert RECEIVE.generation_update(member, ok, rows=8, family="sample_filter", mode="train") is ok
+    assert RECEIVE.generation_update(member, None, rows=8, family="kl_control", mode="train") is None
     # a plain GenerationUpdate passes when it sets only its family's fields
     plain = GenerationUpdate(advantages=torch.zeros(8, 3))
-    assert RECEIVE.generation_update(member, plain, rows=8, family="advantage_weighting") is plain
+    assert RECEIVE.generation_update(member, plain, rows=8, family="advantage_weighting", mode="train") is plain
 
 
 def test_an_update_outside_the_family_interface_is_refused():
@@ -433,7 +451,7 @@ def test_an_update_outside_the_family_interface_is_refused():
     ]
     for family, update, message in cases:
         with pytest.raises(MemberContractError, match=rf"Member\.on_generation at step 3: .*{message}"):
-            RECEIVE.generation_update(member, update, rows=8, family=family)
+            RECEIVE.generation_update(member, update, rows=8, family=family, mode="train")
 
 
 def test_the_family_outputs_carry_only_their_fields():
@@ -449,23 +467,60 @@ def test_loss_side_outputs_are_checked():
     member = Member()
     logps = torch.zeros(2, 3, requires_grad=True)
     given = torch.zeros(2)
-    assert RECEIVE.shaped_advantages(member, given, given=given, rows=2, width=3) is given
+    assert RECEIVE.shaped_advantages(member, given, given=given, rows=2, width=3, mode="train") is given
     with pytest.raises(MemberContractError, match=r"shape_advantages at step 3: token-level advantages of width 5"):
-        RECEIVE.shaped_advantages(member, torch.zeros(2, 5), given=given, rows=2, width=3)
+        RECEIVE.shaped_advantages(member, torch.zeros(2, 5), given=given, rows=2, width=3, mode="train")
     with pytest.raises(MemberContractError, match=r"select_tokens at step 3: returned a torch.float32 tensor"):
-        RECEIVE.selection(member, torch.zeros(2, 3), like=logps)
+        RECEIVE.selection(member, torch.zeros(2, 3), like=logps, mode="train")
     with pytest.raises(MemberContractError, match=r"modify_logps at step 3: returned log-probs detached"):
-        RECEIVE.logps(member, logps.detach() * 1.0, like=logps)
+        RECEIVE.logps(member, logps.detach() * 1.0, like=logps, mode="train")
     with pytest.raises(MemberContractError, match=r"modify_logps at step 3: returned a torch.float32 tensor of shape"):
-        RECEIVE.logps(member, logps[:1], like=logps)
+        RECEIVE.logps(member, logps[:1], like=logps, mode="train")
     with pytest.raises(MemberContractError, match=r"extra_loss at step 3: returned a torch.float32 tensor of shape"):
-        RECEIVE.loss_term(member, torch.zeros(2))
+        RECEIVE.loss_term(member, torch.zeros(2), mode="train")
     with pytest.raises(MemberContractError, match=r"extra_loss at step 3: returned nan"):
-        RECEIVE.loss_term(member, torch.tensor(float("nan")))
+        RECEIVE.loss_term(member, torch.tensor(float("nan")), mode="train")
     for bad in (-1.0, math.inf, None, True):
         with pytest.raises(MemberContractError, match=r"loss_scale at step 3"):
-            RECEIVE.loss_scale(member, bad)
-    assert RECEIVE.loss_scale(member, 2) == 2.0
+            RECEIVE.loss_scale(member, bad, mode="train")
+    assert RECEIVE.loss_scale(member, 2, mode="train") == 2.0
+
+
+class Measures:
+    """A member class declaring its metrics, as the receiver reads them."""
+
+    metrics = ("guard/frac", "pass@k/sampled_{k}")
+    optional_metrics = ("guard/loss",)
+
+
+def test_the_metrics_a_hook_returns_with_its_value_are_checked_and_logged_under_its_mode():
+    member, logps = Measures(), torch.zeros(2, 3, requires_grad=True)
+    LOGGED.clear()
+    modified = logps * 2.0
+    got = RECEIVE.logps(member, (modified, {"guard/frac": torch.tensor(0.25)}), like=logps, mode="eval")
+    assert got is modified and LOGGED == [("eval", "guard/frac", 0.25)]
+    # a "{k}" in a declared key stands for one path part; a hook with no value returns (None, metrics)
+    metrics = {"pass@k/sampled_4": 0.5, "guard/loss": float("nan")}  # NaN: undefined this batch, still a number
+    assert RECEIVE.nothing(member, "after_loss", (None, metrics), mode="train") is None
+    assert LOGGED[1] == ("train", "pass@k/sampled_4", 0.5) and LOGGED[2][:2] == ("train", "guard/loss")
+    assert math.isnan(LOGGED[2][2])
+    assert RECEIVE.loss_scale(member, (2, {}), mode="train") == 2.0 and len(LOGGED) == 3
+    LOGGED.clear()
+    cases = [
+        (
+            {"guard/frac": 0.1, "guard/fraction": 0.2},
+            r"returned the metric 'guard/fraction', which it does not declare",
+        ),
+        ({"pass@k/sampled_4/extra": 1.0}, r"'pass@k/sampled_4/extra', which it does not declare"),
+        ({"guard/frac": "0.1"}, r"returned the metric 'guard/frac' as str"),
+        ({"guard/frac": torch.zeros(2)}, r"as a torch.float32 tensor of shape \(2,\)"),
+    ]
+    for metrics, message in cases:
+        with pytest.raises(MemberContractError, match=rf"Measures\.modify_logps at step 3: .*{message}.*Fix:"):
+            RECEIVE.logps(member, (modified, metrics), like=logps, mode="train")
+    assert LOGGED == []  # a refused output logs none of its metrics
+    with pytest.raises(MemberContractError, match=r"Measures\.after_loss at step 3: returned a torch.*return None"):
+        RECEIVE.nothing(member, "after_loss", torch.zeros(()), mode="train")
 
 
 def test_a_filter_strategy_that_raises_or_returns_nothing_is_named():
@@ -521,6 +576,39 @@ def test_an_update_of_the_wrong_type_names_the_member(make_trainer, registered):
     trainer = make_trainer(advantage_weighting=registered(ADVANTAGE_WEIGHTINGS, "test_dict_update", DictUpdate))
     with pytest.raises(MemberContractError, match=r"DictUpdate\.on_generation at step 0: returned dict"):
         trainer.train()
+
+
+class UndeclaredMetric(Extension):
+    metrics = ("undeclared/declared",)
+
+    def modify_logps(self, logps, ctx):
+        return logps, {"undeclared/declared": 1.0, "undeclared/other": 2.0}
+
+
+class MeasuresInBothModes(Extension):
+    metrics = ("both/rows",)
+
+    def modify_logps(self, logps, ctx):
+        return logps, {"both/rows": float(logps.size(0))}
+
+
+def test_a_metric_the_member_does_not_declare_stops_the_run_naming_it(make_trainer, registered):
+    trainer = make_trainer(token_clip=registered(TOKEN_CLIPS, "test_undeclared", UndeclaredMetric))
+    with pytest.raises(MemberContractError, match=r"UndeclaredMetric\.modify_logps at step 0: .*'undeclared/other'"):
+        trainer.train()
+
+
+def test_a_hooks_metrics_go_to_the_mode_it_ran_in(make_trainer, registered, train_dataset):
+    """Logged by the trainer under ``ctx.mode``: a training loss's under train, an evaluation loss's under eval (a
+    member logging "train" by hand from the loss used to put its evaluation values among the training ones)."""
+    name = registered(TOKEN_CLIPS, "test_both_modes", MeasuresInBothModes)
+    trainer = make_trainer(
+        token_clip=name, eval_strategy="steps", eval_steps=1, max_steps=1, per_device_eval_batch_size=8,
+        trainer_kwargs={"eval_dataset": train_dataset.select(range(4))},
+    )  # fmt: skip
+    trainer.train()
+    logged = [row for row in trainer.state.log_history if any("both/rows" in key for key in row)]
+    assert any("both/rows" in row for row in logged) and any("eval_both/rows" in row for row in logged), logged
 
 
 class WritesTheAdvantages(Extension):

@@ -72,8 +72,7 @@ class SignFlipGuard(Extension):
     def modify_logps(self, logps, ctx):
         ratio = logps.detach() - ctx.old_logps
         chosen = ctx.policy_mask & (torch.sign(ratio) * torch.sign(ctx.advantages) < 0)
-        self.log_metric(ctx.mode, "test_guard/detached_frac", float(chosen.float().mean()))
-        return torch.where(chosen, logps.detach(), logps)
+        return torch.where(chosen, logps.detach(), logps), {"test_guard/detached_frac": float(chosen.float().mean())}
 
 
 @register_strategy("test_above_mean")  # its PolicyFilter member in the sample_filter registry

@@ -66,6 +66,7 @@ def test_a_member_misusing_the_host_is_refused():
     saving a checkpoint through the host, a wrongly typed beta or another service's method fails mypy."""
     proc = _mypy(CASES / "bad_member.py")
     assert '"Host" has no attribute "global_steps"' in proc.stdout, proc.stdout
+    assert '"Host" has no attribute "log"' in proc.stdout, proc.stdout  # metrics are returned, not logged
     assert 'Property "beta" defined in "Host" is read-only' in proc.stdout, proc.stdout
     assert '"Host" has no attribute "save_checkpoint"' in proc.stdout, proc.stdout
     assert 'Argument 1 to "set_beta" of "BetaControl" has incompatible type "str"; expected "float"' in proc.stdout
@@ -79,3 +80,9 @@ def test_a_member_writing_what_its_hook_reads_is_refused():
     assert 'Property "selected" defined in "LossContext" is read-only' in proc.stdout, proc.stdout
     assert 'Property "keep" defined in "GenerationBatch" is read-only' in proc.stdout, proc.stdout
     assert proc.stdout.count('Unsupported target for indexed assignment ("Mapping[str, Any]")') == 2, proc.stdout
+
+
+def test_a_member_returning_a_metric_that_is_no_number_is_refused():
+    """A hook returns ``(value, metrics)`` (``trl_grpo_ext.api.Out``): the metrics map keys to floats."""
+    proc = _mypy(CASES / "bad_member.py")
+    assert 'Dict entry 0 has incompatible type "str": "str"; expected "str": "float"' in proc.stdout, proc.stdout

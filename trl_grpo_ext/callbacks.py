@@ -997,10 +997,10 @@ class ExtTimingCallback(TrainerCallback):
     #: What it logs.
     metrics = ("timing/ext_s", "timing/ext_fraction")
 
-    def __init__(self, clock: ExtClock, host):
-        """``clock``: the trainer's :class:`ExtClock`; ``host``: the trainer's Host (metric logging)."""
+    def __init__(self, clock: ExtClock, log):
+        """``clock``: the trainer's :class:`ExtClock`; ``log(mode, key, value)``: the trainer's metric logging."""
         self.clock = clock  # the trainer's clock of plugin time
-        self.host = host  # the trainer's Host: metric logging
+        self.log = log
         self._start: float | None = None
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -1014,8 +1014,8 @@ class ExtTimingCallback(TrainerCallback):
         wall = time.perf_counter() - self._start
         seconds = self.clock.seconds
         seconds_key, fraction_key = self.metrics
-        self.host.log("train", seconds_key, seconds)
-        self.host.log("train", fraction_key, seconds / wall if wall > 0 else 0.0)
+        self.log("train", seconds_key, seconds)
+        self.log("train", fraction_key, seconds / wall if wall > 0 else 0.0)
         self._start = None
         return control
 

@@ -38,6 +38,7 @@ from .adapter.compat import (
     combined_rewards,
     default_output_dir,
     log_advantages,
+    log_value,
     trl_policy_weight,
     zero_logged_advantages,
 )
@@ -299,7 +300,8 @@ class GRPOExtTrainer(TRLHooks):
         self.reward_funcs = [_with_context(f) for f in self.reward_funcs]
         self.ext_collectives = AccelerateCollectives(self.accelerator)
         self.extensions = Slots()  # one typed slot per family, then the observers
-        self.ext_receiver = Receiver(lambda: self.state.global_step)  # checks every member output it receives
+        # checks every member output it receives, and logs the metrics a hook returns with it
+        self.ext_receiver = Receiver(lambda: self.state.global_step, log=self.ext_log)
         # the rollout room's door to TRL
         self.ext_rollouts = RolloutService(
             self, estimator=lambda: self.extensions.advantage_estimator, receiver=self.ext_receiver
@@ -319,7 +321,12 @@ class GRPOExtTrainer(TRLHooks):
         self.ext_built_with = _plugin_settings(args)
         declared = declared_metrics(self.extensions.values())
         self.add_callback(MetricGroupsCallback(key for keys in declared.values() for key in keys))
-        self.add_callback(ExtTimingCallback(self.ext_clock, self.ext_host))  # last, so it times the monitor too
+        self.add_callback(ExtTimingCallback(self.ext_clock, self.ext_log))  # last, so it times the monitor too
+
+    def ext_log(self, mode: str, key: str, value: float) -> None:
+        """Buffer a metric in TRL's metrics of ``mode`` (averaged at the next log): the trainer's own, and those the
+        members return with their hooks' values (the receiver checks them first)."""
+        log_value(self, mode, key, value)
 
     def ext_build(self, member: type[E]) -> E:
         """``member(args, host, **services)``: its own Args from this run's config, the host, and each service its
@@ -435,7 +442,7 @@ class GRPOExtTrainer(TRLHooks):
                 # rewards/timeouts: answers of this batch scored 0.0 by a time bound (the members' scoring included)
                 (key,) = TRAINER_METRICS
                 mode = "train" if self.model.training else "eval"
-                self.ext_host.log(mode, key, float(_reward_timeouts() - timeouts_before))
+                self.ext_log(mode, key, float(_reward_timeouts() - timeouts_before))
 
     def ext_reward_timeouts(self) -> int:
         """Answers scored 0.0 by a time bound so far (this process); :meth:`ext_on_generation` logs the batch's."""
@@ -468,7 +475,7 @@ class GRPOExtTrainer(TRLHooks):
         replaced = False  # a member after the estimator put advantages of its own in place of the group's
         for family, extension in self.extensions.having("on_generation"):
             update = self.ext_receiver.generation_update(
-                extension, extension.on_generation(batch), rows=rows, family=family,
+                extension, extension.on_generation(batch), rows=rows, family=family, mode=mode,
                 width=lambda batch=batch: batch.global_completions()[1].size(1),
             )  # fmt: skip
             if update is not None:
@@ -517,7 +524,7 @@ class GRPOExtTrainer(TRLHooks):
             keep = (~flags[batch.process_slice]).to(advantages)  # (B,)
             output["advantages"] = advantages * (keep if advantages.dim() == 1 else keep.unsqueeze(1))
             zero_logged_advantages(self, flags)
-        self.ext_host.log("train", "audit/screened", float(flags.sum()))
+        self.ext_log("train", "audit/screened", float(flags.sum()))
 
     def _apply_generation_update(
         self, out: dict[str, Any], batch: GenerationBatch, update: GenerationUpdate
@@ -565,7 +572,8 @@ class GRPOExtTrainer(TRLHooks):
             mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
             row_scale, sample_filter = 1.0, self.extensions.sample_filter
             if sample_filter is not None:
-                row_scale = self.ext_receiver.loss_scale(sample_filter, sample_filter.loss_scale(inputs, mode))
+                scale = sample_filter.loss_scale(inputs, mode)
+                row_scale = self.ext_receiver.loss_scale(sample_filter, scale, mode=mode)
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
         return inputs, MicroBatch(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
@@ -574,11 +582,11 @@ class GRPOExtTrainer(TRLHooks):
         """TRL's loss of the micro-batch, plus the members' loss terms; their ``after_loss``."""
         with self.ext_clock.measure():
             for _, extension in self.extensions.having("extra_loss"):
-                term = self.ext_receiver.loss_term(extension, extension.extra_loss(ctx))
+                term = self.ext_receiver.loss_term(extension, extension.extra_loss(ctx), mode=ctx.mode)
                 if term is not None:
                     loss = loss + term
             for _, extension in self.extensions.having("after_loss"):
-                extension.after_loss(ctx)
+                self.ext_receiver.nothing(extension, "after_loss", extension.after_loss(ctx), mode=ctx.mode)
         return loss
 
     def ext_on_policy_forward(
@@ -597,16 +605,19 @@ class GRPOExtTrainer(TRLHooks):
             if weighting is not None:
                 given = inputs["advantages"]
                 shaped = weighting.shape_advantages(given, ctx)
-                inputs["advantages"] = receive.shaped_advantages(weighting, shaped, given=given, rows=rows, width=width)
+                inputs["advantages"] = receive.shaped_advantages(
+                    weighting, shaped, given=given, rows=rows, width=width, mode=ctx.mode
+                )
             weight = trl_policy_weight(
                 self, logps=logps, entropies=entropies, mask=ctx.mask, inputs=inputs, old_logps=ctx.old_logps
             )
             ctx = replace(ctx, policy_weight=weight)
             clip = self.extensions.token_clip  # the one member that selects tokens
             if clip is not None:
-                ctx = replace(ctx, selected=receive.selection(clip, clip.select_tokens(logps, ctx), like=logps))
+                selected = receive.selection(clip, clip.select_tokens(logps, ctx), like=logps, mode=ctx.mode)
+                ctx = replace(ctx, selected=selected)
             for _, extension in self.extensions.having("modify_logps"):
-                logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps)
+                logps = receive.logps(extension, extension.modify_logps(logps, ctx), like=logps, mode=ctx.mode)
         return logps, ctx
 
     # ------------------------------------------------------------------ checkpoints

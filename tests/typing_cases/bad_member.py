@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from trl_grpo_ext.families import ADVANTAGE_ESTIMATORS, SAMPLE_FILTERS, Extension, GenerationBatch, LossContext
-from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate, KLControllerBase
+from trl_grpo_ext.families.interfaces import AdvantageUpdate, FilterUpdate, KLControllerBase, Out
 
 
 class WrongHooks(Extension):
@@ -48,7 +48,8 @@ class MisreadsTheConfig(Extension):
 
 class MisusesTheHost(Extension):
     def after_loss(self, ctx: LossContext) -> None:
-        self.host.log("train", "x/steps", self.host.global_steps)  # misspelt: the Host protocol has global_step
+        # a hook returns its metrics ((None, metrics) here); the Host has no log. And misspelt: it has global_step
+        self.host.log("train", "x/steps", self.host.global_steps)
         self.host.beta = 0.1  # beta is set through the beta_control service, not the host
         self.host.save_checkpoint()  # a service no member reaches through the host
 
@@ -70,3 +71,8 @@ class WritesItsBatch(Extension):
     def on_generation(self, batch: GenerationBatch) -> None:
         batch.keep = None  # the batch is frozen: kept rows are returned (FilterUpdate)
         batch.output["advantages"] = batch.rewards  # read-only: advantages are returned (AdvantageUpdate)
+
+
+class ReturnsAWordForAMetric(Extension):
+    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor]:
+        return logps, {"words/frac": "half"}  # a metric is a number

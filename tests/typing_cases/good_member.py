@@ -22,6 +22,7 @@ from trl_grpo_ext.families.interfaces import (
     AdvantageWeightingBase,
     FilterUpdate,
     KLControllerBase,
+    Out,
     SampleFilterBase,
     TokenClipBase,
 )
@@ -37,10 +38,9 @@ class HalveNegatives(AdvantageWeightingBase):
 
     metrics: ClassVar[tuple[str, ...]] = ("halve/negative_frac",)
 
-    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[AdvantageUpdate | None]:
         advantages = batch.output["advantages"]
-        self.log_metric(batch.mode, "halve/negative_frac", float((advantages < 0).float().mean()))
-        return None
+        return None, {"halve/negative_frac": float((advantages < 0).float().mean())}
 
     def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return torch.where(advantages < 0, advantages / 2, advantages)

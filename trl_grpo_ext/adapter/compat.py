@@ -274,6 +274,11 @@ TRL_SURFACE = (
 TRL_OPTIONAL_SURFACE = ("vllm_generation",)
 
 
+def log_value(trainer, mode: str, name: str, value: float) -> None:
+    """Buffer ``value`` under ``name`` in TRL's metrics of ``mode`` ("train" / "eval"), averaged at its next log."""
+    trainer._metrics[mode][name].append(float(value))
+
+
 def metric_values(trainer, mode: str, name: str) -> list:
     """The values TRL's ``GRPOTrainer`` buffered under ``name`` since its last log (``_metrics[mode][name]``, a list TRL
     replaces at each log); an empty list when there are none."""

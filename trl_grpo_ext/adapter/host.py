@@ -102,9 +102,6 @@ class TrainerHost(_OfTrainer):
     def ratio_clip(self) -> tuple[float, float]:
         return self._trainer.epsilon_low, self._trainer.epsilon_high
 
-    def log(self, mode: str, name: str, value: float) -> None:
-        self._trainer._metrics[mode][name].append(float(value))
-
     def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
         return self._trainer.ext_generator(tag, per_rank=per_rank, device=device)
 

@@ -7,6 +7,7 @@ from typing import cast
 
 import torch
 
+from ..api import Out
 from ..core.advantages import StdKind, group_relative_advantages
 from ..core.pkpo import Estimator, annealed_k, pass_at_k_weights
 from ..names import config_error, pkpo_start_k
@@ -81,13 +82,12 @@ class PassAtKAdvantage(AdvantageEstimatorBase):
         k = pkpo_start_k(args.pkpo_k, args.num_generations)
         return args.pkpo_estimator == "loo_minus_one" and k >= 2 and args.pkpo_anneal_fraction == 0.0
 
-    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[AdvantageUpdate | None]:
         if batch.mode != "train":
             return None
         advantages = self.group_advantages(batch.rewards, batch.group_size)
-        self.log_metric("train", "pkpo/k", self._k(batch.group_size))
-        self.log_metric("train", "pkpo/adv_abs_mean", float(advantages.abs().mean()))
-        return AdvantageUpdate(advantages=advantages)
+        metrics = {"pkpo/k": self._k(batch.group_size), "pkpo/adv_abs_mean": float(advantages.abs().mean())}
+        return AdvantageUpdate(advantages=advantages), metrics
 
     def _k(self, group_size: int) -> int:
         args = self.args

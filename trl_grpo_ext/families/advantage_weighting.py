@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..api import Out
 from ..core.advantages import scale_positive_advantages, w_reinforce_advantages
 from ..names import config_error
 from .advantage import OutcomeAdvantage
@@ -83,7 +84,7 @@ class WReinforce(AdvantageWeightingBase):
                 "its pass@1 advantages have both signs), or set advantage_weighting='none'",
             )
 
-    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[AdvantageUpdate | None]:
         if batch.mode != "train":
             return None
         args = self.args
@@ -93,17 +94,17 @@ class WReinforce(AdvantageWeightingBase):
             )  # (N,)
             scorable = ~torch.isnan(batch.rewards)
             positive = (batch.rewards > args.w_reinforce_threshold).float().sum() / scorable.sum().clamp(min=1)
-            self.log_metric("train", "w_reinforce/positive_frac", float(positive))
-            self.log_metric("train", "w_reinforce/adv_mean", float(advantages.mean()))
-            return AdvantageUpdate(advantages=advantages.to(batch.rewards.dtype))
+            metrics = {"w_reinforce/positive_frac": float(positive), "w_reinforce/adv_mean": float(advantages.mean())}
+            return AdvantageUpdate(advantages=advantages.to(batch.rewards.dtype)), metrics
         # "group": the weighting acts in the loss; log what it will do to this batch (rows by their first token)
         local = batch.output["advantages"]
         per_row = local if local.dim() == 1 else local[:, 0]  # (B,)
         rows = self.host.gather(per_row.detach().float())  # (N,)
         weighted = scale_positive_advantages(rows, positive_weight=args.w_reinforce_lambda)
-        self.log_metric("train", "w_reinforce/positive_frac", float((rows > 0).float().mean()))
-        self.log_metric("train", "w_reinforce/adv_mean", float(weighted.mean()))
-        return None
+        return None, {
+            "w_reinforce/positive_frac": float((rows > 0).float().mean()),
+            "w_reinforce/adv_mean": float(weighted.mean()),
+        }
 
     def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         if ctx.mode != "train" or self.args.w_reinforce_baseline != "group":

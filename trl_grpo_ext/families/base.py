@@ -3,7 +3,7 @@ of the hooks.
 
 A member never sees the trainer. It is built as ``Member(args, host, **services)``: ``args`` its own frozen settings
 (:class:`Extension.Args`, copied from the run's config), ``host`` the :class:`Host` every member gets (the run's state,
-metric logging, collectives, seeded generators, loss aggregation, reading beta), and as keyword-only constructor
+collectives, seeded generators, loss aggregation, reading beta), and as keyword-only constructor
 parameters the :data:`SERVICES` it names: what changes TRL's run beyond the loss (setting beta, dropping the ratio clip,
 generating outside TRL's batch, callbacks, a scoring model, the reference model, decoding for evaluation). Each is a
 typed object of its own, so mypy checks every use and a member holds nothing it did not name. Every access to TRL's
@@ -36,6 +36,8 @@ from ..api import (  # noqa: F401  (re-exported: trl_grpo_ext.families.base.TOKE
     GenerationBatch,
     GenerationUpdate,
     LossContext,
+    Metrics,
+    Out,
     Splice,
 )
 from ..core.advantages import ScaleKind
@@ -84,9 +86,6 @@ class Host(Protocol):
     def top_entropy_quantile(self) -> float: ...
     @property
     def ratio_clip(self) -> tuple[float, float]: ...
-
-    def log(self, mode: str, name: str, value: float) -> None:
-        """Append a value to the trainer's metrics of ``mode`` ("train" / "eval"); averaged at the next log."""
 
     def generator(self, tag: str, *, per_rank: bool, device) -> torch.Generator:
         """A generator seeded from (seed, global step, micro-step, tag[, rank])."""
@@ -192,6 +191,10 @@ def build_member(member: type[E], config: Any, host: Host, services: dict[str, C
 class Extension:
     """Base class of a family member; every hook is a no-op.
 
+    Every hook returns its value, or ``(value, metrics)``: ``metrics`` maps keys the class declares (:attr:`metrics`,
+    :attr:`optional_metrics`) to numbers, which the trainer logs under the hook's mode (``batch.mode`` / ``ctx.mode``)
+    once it checked them (``trl_grpo_ext.api.Out``); a hook that has no value returns ``None`` or ``(None, metrics)``.
+
     Hooks, in the order the trainer calls them:
         ``on_generation(batch)``: after TRL scored a generation batch; returns a :class:`GenerationUpdate` (new
             advantages, rows to keep) or None, which the trainer applies before the next member runs.
@@ -281,29 +284,29 @@ class Extension:
         by sign then only rescales the loss)."""
         return False
 
-    def on_generation(self, batch: GenerationBatch) -> GenerationUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[GenerationUpdate | None]:
         return None
 
-    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor | None:
+    def group_advantages(self, rewards: torch.Tensor, group_size: int) -> Out[torch.Tensor | None]:
         return None
 
-    def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor]:
         return advantages
 
-    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor | None:
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor | None]:
         return None
 
-    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor]:
         return logps
 
-    def loss_scale(self, inputs: dict[str, Any], mode: str) -> float:
+    def loss_scale(self, inputs: dict[str, Any], mode: str) -> Out[float]:
         return 1.0
 
-    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+    def extra_loss(self, ctx: LossContext) -> Out[torch.Tensor | None]:
         return None
 
-    def after_loss(self, ctx: LossContext) -> None:
-        pass
+    def after_loss(self, ctx: LossContext) -> Out[None]:
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -320,9 +323,6 @@ class Extension:
             old_logps=ctx.old_logps,
             bias_correction=self.args.use_bias_correction_kl,
         )
-
-    def log_metric(self, mode: str, name: str, value: float) -> None:
-        self.host.log(mode, name, float(value))
 
     def aggregate(self, per_token: torch.Tensor, ctx: LossContext, *, scale_rows: bool = True) -> torch.Tensor:
         """Aggregate a (B, T) term exactly like the configured ``loss_type`` (see :mod:`trl_grpo_ext.adapter.compat`).

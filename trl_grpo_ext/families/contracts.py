@@ -3,13 +3,14 @@
 The class side (a member class checked when it is registered, and a selection when the config is validated) is
 :mod:`~trl_grpo_ext.families.registration`.
 
-- **What a member returns is checked where the trainer receives it** (:class:`Receiver`): the update type its family
-  may return (a sample filter's advantages are refused), shapes, dtypes, lengths, finiteness and ranges of
-  advantages (and that none carries a gradient graph), keep flags, token selections, log-probs, loss terms, loss
-  scales, beta and a member's checkpointed state (JSON, finite). A
-  violation is a :class:`MemberContractError` naming the member, the hook and the step, and what to return instead;
-  a NaN advantage never reaches the weights (it used to leave every weight NaN after one step, the error coming a
-  step later from sampling, naming nothing).
+- **What a member returns is checked where the trainer receives it** (:class:`Receiver`): the metrics a hook
+  returns with its value (``(value, metrics)``: keys the member declares, real numbers), which the receiver logs;
+  the update type its family may return (a sample filter's advantages are refused), shapes, dtypes, lengths,
+  finiteness and ranges of advantages (and that none carries a gradient graph), keep flags, token selections,
+  log-probs, loss terms, loss scales, beta and a member's checkpointed state (JSON, finite). A violation is a
+  :class:`MemberContractError` naming the member, the hook and the step, and what to return instead; a NaN advantage
+  never reaches the weights (it used to leave every weight NaN after one step, the error coming a step later from
+  sampling, naming nothing).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import dataclasses
 import json
 import math
 import numbers
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -38,22 +41,73 @@ class Receiver:
 
     Args:
         step: a callable giving the current global step (named in the errors).
+        log: ``log(mode, key, value)``, where the metrics a hook returns go (the trainer's metrics of ``mode``).
     """
 
-    def __init__(self, step):
+    def __init__(self, step, *, log: Callable[[str, str, float], None]):
         self._step_of = step
+        self._log = log
+        self._declared: dict[type, re.Pattern] = {}
 
     def fail(self, member, hook: str, problem: str, fix: str) -> MemberContractError:
         """The error for ``member`` (an instance, or its class name) at ``hook``."""
         name = member if isinstance(member, str) else type(member).__name__
         return MemberContractError(f"{name}.{hook} at step {self._step_of()}: {problem}. Fix: {fix}")
 
+    # ------------------------------------------------------------------ metrics
+    def value(self, member, hook: str, output, *, mode: str):
+        """A hook's output: its value, or ``(value, metrics)``, whose metrics are logged under ``mode`` once each key
+        is found among the member's declared ones (``metrics`` / ``optional_metrics``) and each value is a real
+        number (NaN passes: "undefined in this batch" is a measurement). Returns the value."""
+        if not (isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], Mapping)):
+            return output
+        value, metrics = output
+        declared = self._declared_pattern(type(member))
+        checked = {}
+        for key, number in metrics.items():
+            if not isinstance(key, str) or not declared.fullmatch(key):
+                declares = sorted(type(member).metrics) + sorted(getattr(type(member), "optional_metrics", ()))
+                raise self.fail(
+                    member,
+                    hook,
+                    f"returned the metric {key!r}, which it does not declare (it declares {declares})",
+                    f"add {key!r} to its class's `metrics` (logged every time it acts) or `optional_metrics` (logged "
+                    "in some steps only): dashboards, plots and wandb's metric groups read those",
+                )
+            if isinstance(number, torch.Tensor) and number.numel() == 1:
+                number = number.item()
+            if isinstance(number, bool) or not isinstance(number, numbers.Real):
+                raise self.fail(
+                    member, hook, f"returned the metric {key!r} as {_describe(number)}", "return a float (float(x))"
+                )
+            checked[key] = float(number)
+        for key, number in checked.items():
+            self._log(mode, key, number)
+        return value
+
+    def _declared_pattern(self, cls: type) -> re.Pattern:
+        pattern = self._declared.get(cls)
+        if pattern is None:
+            keys = (*cls.metrics, *getattr(cls, "optional_metrics", ()))  # type: ignore[attr-defined]
+            # "{name}" placeholders stand for any text without "/": split keeps them at the odd places
+            parts = (re.split(r"({\w*})", key) for key in keys)
+            alternatives = ("".join(r"[^/]+" if i % 2 else re.escape(p) for i, p in enumerate(ps)) for ps in parts)
+            pattern = self._declared[cls] = re.compile("|".join(f"(?:{a})" for a in alternatives) or r"(?!)")
+        return pattern
+
+    def nothing(self, member, hook: str, output, *, mode: str) -> None:
+        """The output of a hook that returns no value (``after_loss``): None, or ``(None, metrics)``."""
+        value = self.value(member, hook, output, mode=mode)
+        if value is not None:
+            raise self.fail(member, hook, f"returned {_describe(value)}", "return None, or (None, metrics)")
+
     # ------------------------------------------------------------------ generation side
-    def generation_update(self, member, update, *, rows: int, family: str, width=None):
-        """``on_generation``'s return: None, or an update of the type the member's ``family`` returns
-        (:data:`~trl_grpo_ext.families.interfaces.FAMILY_INTERFACES`; a plain ``GenerationUpdate`` setting only the
-        family's fields passes too) whose (N,) / (N, T') advantages are finite floats and (N,) keep flags are booleans,
-        N = ``rows`` (every process's rows)."""
+    def generation_update(self, member, update, *, rows: int, family: str, mode: str, width=None):
+        """``on_generation``'s return (its metrics logged under ``mode``): None, or an update of the type the member's
+        ``family`` returns (:data:`~trl_grpo_ext.families.interfaces.FAMILY_INTERFACES`; a plain ``GenerationUpdate``
+        setting only the family's fields passes too) whose (N,) / (N, T') advantages are finite floats and (N,) keep
+        flags are booleans, N = ``rows`` (every process's rows)."""
+        update = self.value(member, "on_generation", update, mode=mode)
         if update is None:
             return None
         interface = FAMILY_INTERFACES[family]
@@ -140,8 +194,9 @@ class Receiver:
             )
         return advantages
 
-    def group_advantages(self, member, advantages, *, rows: int):
+    def group_advantages(self, member, advantages, *, rows: int, mode: str = "train"):
         """``group_advantages``' return: None, or (rows,) finite floats."""
+        advantages = self.value(member, "group_advantages", advantages, mode=mode)
         if advantages is None:
             return None
         return self.advantages(member, "group_advantages", advantages, rows=rows)
@@ -163,9 +218,12 @@ class Receiver:
         return state
 
     # ------------------------------------------------------------------ loss side
-    def shaped_advantages(self, member, advantages, *, given: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    def shaped_advantages(
+        self, member, advantages, *, given: torch.Tensor, rows: int, width: int, mode: str
+    ) -> torch.Tensor:
         """``shape_advantages``' return: (B,) or (B, T) finite floats for this micro-batch (the advantages it was
         ``given``, returned unchanged, pass without a check)."""
+        advantages = self.value(member, "shape_advantages", advantages, mode=mode)
         if advantages is given:
             return advantages
         self.advantages(member, "shape_advantages", advantages, rows=rows)
@@ -178,8 +236,9 @@ class Receiver:
             )
         return advantages
 
-    def selection(self, member, selected, *, like: torch.Tensor):
+    def selection(self, member, selected, *, like: torch.Tensor, mode: str):
         """``select_tokens``' return: None or a bool tensor shaped like the log-probs."""
+        selected = self.value(member, "select_tokens", selected, mode=mode)
         if selected is None:
             return None
         if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool or selected.shape != like.shape:
@@ -191,9 +250,10 @@ class Receiver:
             )
         return selected
 
-    def logps(self, member, logps, *, like: torch.Tensor) -> torch.Tensor:
+    def logps(self, member, logps, *, like: torch.Tensor, mode: str) -> torch.Tensor:
         """``modify_logps``' return: finite floats shaped like the input (``like``), still differentiable where it was
         (the input returned unchanged passes without a check)."""
+        logps = self.value(member, "modify_logps", logps, mode=mode)
         if logps is like:
             return logps
         if not isinstance(logps, torch.Tensor) or logps.shape != like.shape or not logps.is_floating_point():
@@ -216,8 +276,9 @@ class Receiver:
             )
         return logps
 
-    def loss_term(self, member, term):
+    def loss_term(self, member, term, *, mode: str):
         """``extra_loss``' return: None or a finite 0-d floating tensor."""
+        term = self.value(member, "extra_loss", term, mode=mode)
         if term is None:
             return None
         if not isinstance(term, torch.Tensor) or term.dim() != 0 or not term.is_floating_point():
@@ -234,8 +295,9 @@ class Receiver:
             )
         return term
 
-    def loss_scale(self, member, scale) -> float:
+    def loss_scale(self, member, scale, *, mode: str) -> float:
         """``loss_scale``' return: a finite real >= 0."""
+        scale = self.value(member, "loss_scale", scale, mode=mode)
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale < 0:
             raise self.fail(
                 member,

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import torch
 
-from ..api import Rollout, Splice
+from ..api import Out, Rollout, Splice
 from ..core.sample_filter import nonzero_std
 from ..names import config_error
 from .base import GenerationBatch, Host, RolloutService
@@ -101,7 +101,7 @@ class DynamicSampling(PolicyFilter):
             # refuses, naming the fix, a train_dataset that is missing or empty
             rollouts.draw_prompts(0, torch.Generator())
 
-    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[FilterUpdate | None]:
         if batch.mode != "train":
             return super().on_generation(batch)  # evaluation: nonzero_std's rule, only with pf_filter_eval
         args, host = self.args, self.host
@@ -167,13 +167,15 @@ class DynamicSampling(PolicyFilter):
                 copies=copies,
             )
         groups = signal.numel()
-        self.log_metric("train", "dynamic/rounds", rounds)
-        self.log_metric("train", "dynamic/signal_frac_before", float(signal.float().mean()))
-        self.log_metric("train", "dynamic/signal_frac_after", 1.0 - unfilled / max(groups, 1))
-        self.log_metric("train", "dynamic/refilled_groups", refilled)
-        self.log_metric("train", "dynamic/duplicated_groups", duplicated)
-        self.log_metric("train", "dynamic/extra_gen_time", time.perf_counter() - start)
-        self.log_metric("train", "filter/kept_frac", float(all_keep.float().mean()))
+        metrics = {
+            "dynamic/rounds": rounds,
+            "dynamic/signal_frac_before": float(signal.float().mean()),
+            "dynamic/signal_frac_after": 1.0 - unfilled / max(groups, 1),
+            "dynamic/refilled_groups": refilled,
+            "dynamic/duplicated_groups": duplicated,
+            "dynamic/extra_gen_time": time.perf_counter() - start,
+            "filter/kept_frac": float(all_keep.float().mean()),
+        }
         if not all_keep.any():
             logger.warning(
                 "sample_filter='dynamic_sampling': no group of this generation batch has signal after %d round(s) "
@@ -181,4 +183,4 @@ class DynamicSampling(PolicyFilter):
                 rounds,
                 host.global_step,
             )
-        return FilterUpdate(keep=all_keep, splice=splice)
+        return FilterUpdate(keep=all_keep, splice=splice), metrics

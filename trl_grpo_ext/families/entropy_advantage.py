@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..api import Out
 from ..core.advantages import entropy_shaped_advantages
 from .base import LossContext
 from .interfaces import ADVANTAGE_WEIGHTINGS, AdvantageWeightingBase
@@ -38,7 +39,7 @@ class EntropyAdvantage(AdvantageWeightingBase):
     metrics = ("entropy_adv/bonus_mean", "entropy_adv/capped_frac")
     docs = "entropy_advantage.md"
 
-    def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor]:
         if ctx.mode != "train":
             return advantages
         args = self.args
@@ -54,6 +55,7 @@ class EntropyAdvantage(AdvantageWeightingBase):
         )
         stats = torch.stack([bonus[valid].sum().float(), capped.sum().float(), valid.sum().float()])
         bonus_sum, n_capped, n_valid = self.host.collectives.all_sum(stats.detach()).tolist()
-        self.log_metric("train", "entropy_adv/bonus_mean", bonus_sum / max(n_valid, 1.0))
-        self.log_metric("train", "entropy_adv/capped_frac", n_capped / max(n_valid, 1.0))
-        return shaped
+        return shaped, {
+            "entropy_adv/bonus_mean": bonus_sum / max(n_valid, 1.0),
+            "entropy_adv/capped_frac": n_capped / max(n_valid, 1.0),
+        }

@@ -10,7 +10,7 @@ from typing import cast
 
 import torch
 
-from ..api import Rollout, Splice
+from ..api import Out, Rollout, Splice
 from ..core.aepo import (
     aepo_below_target,
     aepo_candidates,
@@ -188,7 +188,7 @@ class AEPO(EntropyControlBase):
         groups = local_rows // group_size
         return max(1, math.floor(fraction * groups + 1e-9)) * group_size
 
-    def on_generation(self, batch: GenerationBatch) -> SpliceUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[SpliceUpdate | None]:
         if batch.mode != "train":
             return None
         args, host, rules = self.args, self.host, AEPO_RULES[self.args.aepo_mode]
@@ -221,16 +221,17 @@ class AEPO(EntropyControlBase):
             update = SpliceUpdate(splice=Splice(rollout.select(local), advantage=args.aepo_coef))
         else:
             self._chunks = self._build_chunks(rollout, local)
-        elapsed = time.perf_counter() - start
-        self.log_metric("train", "aepo/temperature", temperature)
-        self.log_metric("train", "aepo/regenerated", float(rewards.numel()))
-        self.log_metric("train", "aepo/samples_used", float(keep.sum()))
-        self.log_metric("train", "aepo/positive_frac", float(keep.float().mean()) if keep.numel() else 0.0)
-        self.log_metric("train", "aepo/extra_gen_time", elapsed)
+        metrics = {
+            "aepo/temperature": temperature,
+            "aepo/regenerated": float(rewards.numel()),
+            "aepo/samples_used": float(keep.sum()),
+            "aepo/positive_frac": float(keep.float().mean()) if keep.numel() else 0.0,
+            "aepo/extra_gen_time": time.perf_counter() - start,
+        }
         if self.last_entropy is not None:
-            self.log_metric("train", "aepo/entropy", self.last_entropy)
-            self.log_metric("train", "aepo/entropy_gap", self.last_entropy - args.aepo_target_entropy)
-        return update
+            metrics["aepo/entropy"] = self.last_entropy
+            metrics["aepo/entropy_gap"] = self.last_entropy - args.aepo_target_entropy
+        return update, metrics
 
     @torch.no_grad()
     def _build_chunks(self, rollout: Rollout, rows: list[int]) -> list[dict[str, torch.Tensor]]:
@@ -269,7 +270,7 @@ class AEPO(EntropyControlBase):
         return chunks
 
     # ------------------------------------------------------------------ loss side
-    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+    def extra_loss(self, ctx: LossContext) -> Out[torch.Tensor | None]:
         if ctx.mode != "train" or not self._chunks:
             return None
         chunk = self._chunks[self.host.micro_step % len(self._chunks)]
@@ -285,9 +286,7 @@ class AEPO(EntropyControlBase):
             per_token = per_token * chunk["is_ratio"]
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
         loss = self.args.aepo_coef * loss / self.host.accumulation_steps
-        if bool(chunk["loss_mask"].any()):
-            self.log_metric("train", "aepo/loss", float(loss.detach()))
-        return loss
+        return loss, ({"aepo/loss": float(loss.detach())} if bool(chunk["loss_mask"].any()) else {})
 
     def after_loss(self, ctx: LossContext) -> None:
         if ctx.mode != "train":

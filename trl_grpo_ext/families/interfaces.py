@@ -40,7 +40,9 @@ from ..api import (  # noqa: F401  (the family vocabulary, re-exported: trl_grpo
     FilterUpdate,
     KLController,
     Member,
+    Metrics,
     Observer,
+    Out,
     ReferenceUpdate,
     SampleFilter,
     SpliceUpdate,
@@ -53,21 +55,21 @@ from .base import BetaControl, Callbacks, Extension, GenerationBatch, Host, Refe
 class AdvantageEstimatorBase(Extension):
     """Base of an advantage estimator (:class:`AdvantageEstimator`)."""
 
-    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[AdvantageUpdate | None]:
         return None
 
 
 class AdvantageWeightingBase(Extension):
     """Base of an advantage weighting (:class:`AdvantageWeighting`)."""
 
-    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[AdvantageUpdate | None]:
         return None
 
 
 class SampleFilterBase(Extension):
     """Base of a sample filter (:class:`SampleFilter`)."""
 
-    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[FilterUpdate | None]:
         return None
 
 
@@ -92,21 +94,21 @@ class KLControllerBase(Extension):
         super().__init__(args, host)
         self.beta_control = beta_control
 
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def on_generation(self, batch: GenerationBatch) -> Out[None]:
         return None
 
 
 class EntropyControlBase(Extension):
     """Base of an entropy control (:class:`EntropyControl`)."""
 
-    def on_generation(self, batch: GenerationBatch) -> SpliceUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[SpliceUpdate | None]:
         return None
 
 
 class ObserverBase(Extension):
     """Base of an observer (:class:`Observer`); ``enabled(args)`` says whether a run builds it."""
 
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def on_generation(self, batch: GenerationBatch) -> Out[None]:
         return None
 
     @staticmethod
@@ -136,7 +138,9 @@ __all__ = [
     "KLController",
     "KLControllerBase",
     "Member",
+    "Metrics",
     "Observer",
+    "Out",
     "ObserverBase",
     "ReferenceUpdate",
     "ReferenceUpdateBase",

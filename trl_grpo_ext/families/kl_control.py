@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..adapter.compat import per_token_kl
+from ..api import Out
 from ..core.diversity import distinct_n_batch
 from ..core.kl_control import AdaptiveKLController, DiversityKLController
 from ..names import config_error
@@ -109,21 +110,19 @@ class AdaptiveKL(_BetaControl):
         self.beta_control.set_beta(self.controller.value)
         self._step_kl = StepKL()
 
-    def after_loss(self, ctx: LossContext) -> None:
+    def after_loss(self, ctx: LossContext) -> Out[None]:
         if ctx.mode != "train":
-            return
+            return None
         host = self.host
         measured = self._step_kl.add(ctx, host)
         if measured is None:
-            return
+            return None
         kl_mean, rows = measured
         used = host.beta
         if kl_mean != kl_mean:
             logger.warning("kl_control: no valid token in this optimizer step; beta stays at %.4g.", used)
         self.beta_control.set_beta(self.controller.update(kl_mean, n_steps=int(rows)))
-        self.log_metric("train", "kl/beta", used)
-        self.log_metric("train", "kl/value", kl_mean)
-        self.log_metric("train", "kl/target", self.controller.target)
+        return None, {"kl/beta": used, "kl/value": kl_mean, "kl/target": self.controller.target}
 
 
 @KL_CONTROLLERS.register("diversity")
@@ -153,9 +152,9 @@ class DiversityKL(_BetaControl):
         self.beta_control.set_beta(self.controller.value)
         self._warned_no_ngrams = False
 
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def on_generation(self, batch: GenerationBatch) -> Out[None]:
         if batch.mode != "train":
-            return
+            return None
         ids, mask = batch.global_completions()
         n = self.args.kl_diversity_n
         used = self.host.beta
@@ -174,6 +173,4 @@ class DiversityKL(_BetaControl):
         else:
             diversity = distinct_n_batch(ids, mask, n)
             self.beta_control.set_beta(self.controller.update(diversity, n_steps=ids.size(0)))
-        self.log_metric("train", "kl/beta", used)
-        self.log_metric("train", "kl/diversity", diversity)
-        self.log_metric("train", "kl/diversity_target", self.controller.target)
+        return None, {"kl/beta": used, "kl/diversity": diversity, "kl/diversity_target": self.controller.target}

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..api import Out
 from ..callbacks import CollapseMonitor, monitor_metric_keys
 from ..core.diversity import pass_at_k
 from ..detector import detector_from_config
@@ -140,19 +141,21 @@ class PassAtK(ObserverBase):
         super().__init__(args, host)
         self.evaluation = evaluation
 
-    def on_generation(self, batch: GenerationBatch) -> None:
+    def on_generation(self, batch: GenerationBatch) -> Out[None]:
         if batch.mode != "eval":
-            return
+            return None
         args = self.args
         correct = (torch.nan_to_num(batch.rewards, nan=float("-inf")) >= args.eval_pass_threshold).view(
             -1, batch.group_size
         )  # (P, G)
         n, counts = batch.group_size, correct.sum(1).tolist()
-        for k in args.eval_pass_at_k:
-            value = sum(pass_at_k(n, int(c), int(k)) for c in counts) / max(len(counts), 1)
-            self.log_metric("eval", f"pass@k/sampled_{k}", value)
+        metrics = {
+            f"pass@k/sampled_{k}": sum(pass_at_k(n, int(c), int(k)) for c in counts) / max(len(counts), 1)
+            for k in args.eval_pass_at_k
+        }
         if args.eval_pass_greedy:
-            self.log_metric("eval", "pass@k/greedy", self._greedy_accuracy(batch))
+            metrics["pass@k/greedy"] = self._greedy_accuracy(batch)
+        return None, metrics
 
     def _greedy_accuracy(self, batch: GenerationBatch) -> float:
         host, out = self.host, batch.output

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..api import Out
 from ..core.advantages import StdKind, group_relative_advantages
 from ..core.prm import prm_step_advantages
 from ..prm.segmentation import segment_completion
@@ -87,7 +88,7 @@ class PRMAdvantage(AdvantageEstimatorBase):
                 "prm_model_name_or_path in GRPOExtConfig."
             )
 
-    def on_generation(self, batch: GenerationBatch) -> AdvantageUpdate:
+    def on_generation(self, batch: GenerationBatch) -> Out[AdvantageUpdate | None]:
         args, host = self.args, self.host
         out = batch.output
         tokenizer = host.tokenizer
@@ -125,24 +126,25 @@ class PRMAdvantage(AdvantageEstimatorBase):
             )
             advantages = advantages + args.prm_outcome_coef * outcome.to(ids.device).unsqueeze(1)
         local = advantages[batch.process_slice, : ids.size(1)] * mask  # (B, T), 0 on padding
-        self._log(batch, all_rewards, all_ends, local, mask)
-        return AdvantageUpdate(advantages=advantages)  # (N, width): the trainer keeps this process's rows
+        # (N, width): the trainer keeps this process's rows
+        return AdvantageUpdate(advantages=advantages), self._step_metrics(all_rewards, local, mask)
 
-    def _log(self, batch, all_rewards, all_ends, local, mask) -> None:
+    def _step_metrics(self, all_rewards, local, mask) -> dict[str, float]:
         counts = [len(r) for r in all_rewards]
         values = [v for r in all_rewards for v in r]
         finite = [v for v in values if not math.isnan(v)]
-        mode = batch.mode
-        self.log_metric(mode, "prm/steps_mean", sum(counts) / max(len(counts), 1))
-        self.log_metric(mode, "prm/no_step_frac", sum(c == 0 for c in counts) / max(len(counts), 1))
-        self.log_metric(mode, "prm/single_step_frac", sum(c == 1 for c in counts) / max(len(counts), 1))
-        if finite:
-            self.log_metric(mode, "prm/step_reward_mean", sum(finite) / len(finite))
-        if values:
-            nan_frac = 1 - len(finite) / len(values)
-            self.log_metric(mode, "prm/nan_step_frac", nan_frac)
-            if nan_frac > 0:
-                logger.info("prm: %.1f%% of steps have no score (None/NaN): they count 0.", 100 * nan_frac)
         stats = torch.stack([(local.abs() * mask).sum(), mask.sum()]).float()
         total = self.host.collectives.all_sum(stats)
-        self.log_metric(mode, "prm/adv_abs_mean", (total[0] / total[1].clamp(min=1.0)).item())
+        metrics = {
+            "prm/steps_mean": sum(counts) / max(len(counts), 1),
+            "prm/no_step_frac": sum(c == 0 for c in counts) / max(len(counts), 1),
+            "prm/single_step_frac": sum(c == 1 for c in counts) / max(len(counts), 1),
+            "prm/adv_abs_mean": (total[0] / total[1].clamp(min=1.0)).item(),
+        }
+        if finite:
+            metrics["prm/step_reward_mean"] = sum(finite) / len(finite)
+        if values:
+            metrics["prm/nan_step_frac"] = nan_frac = 1 - len(finite) / len(values)
+            if nan_frac > 0:
+                logger.info("prm: %.1f%% of steps have no score (None/NaN): they count 0.", 100 * nan_frac)
+        return metrics

@@ -20,6 +20,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..api import Out
 from ..names import config_error
 from .base import Callbacks, Host, LossContext, Off, ReferenceModel
 from .interfaces import REFERENCE_UPDATES, ReferenceUpdateBase
@@ -97,13 +98,13 @@ class ReferenceReset(ReferenceUpdateBase):
         self._resumed_after_reset = False
         callbacks.add_callback(_AtStepEnd(self))
 
-    def after_loss(self, ctx: LossContext) -> None:
+    def after_loss(self, ctx: LossContext) -> Out[None]:
         if ctx.mode != "train":
-            return
+            return None
         host = self.host
         measured = self._step_kl.add(ctx, host)
         if measured is None:
-            return
+            return None
         kl_mean = measured[0]
         term = host.beta * kl_mean if kl_mean == kl_mean else 0.0  # no valid token: no KL term
         step = host.global_step + 1  # the optimizer step this loss belongs to
@@ -111,8 +112,7 @@ class ReferenceReset(ReferenceUpdateBase):
         every = args.ref_reset_steps is not None and step - self.last_reset >= args.ref_reset_steps
         bound = args.ref_reset_kl_term is not None and term > args.ref_reset_kl_term
         self._due = every or bound
-        self.log_metric("train", "ref_reset/kl_term", term)
-        self.log_metric("train", "ref_reset/count", self.count + int(self._due))
+        return None, {"ref_reset/kl_term": term, "ref_reset/count": self.count + int(self._due)}
 
     def reset_if_due(self, step: int) -> None:
         """After the optimizer step: the reset decided at its end (every process alike)."""

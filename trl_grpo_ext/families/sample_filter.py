@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
+from ..api import Out
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, Strategy, pf_keep_mask
 from ..names import MemberContractError
 from .base import KEEP_KEY, GenerationBatch, Host, LossContext, Off
@@ -62,23 +63,14 @@ class PolicyFilter(SampleFilterBase):
         super().__init__(args, host)
         self.strategy = args.sample_filter  # the switch's value, for messages
 
-    def on_generation(self, batch: GenerationBatch) -> FilterUpdate | None:
+    def on_generation(self, batch: GenerationBatch) -> Out[FilterUpdate | None]:
         if batch.mode == "eval" and not self.args.pf_filter_eval:
             return None  # eval_loss over every completion, comparable with GRPOTrainer
         host = self.host
         generator = host.generator("sample_filter", per_rank=False, device=batch.rewards.device)
         scores = batch.rewards if batch.rank_scores is None else batch.rank_scores
         keep = pf_keep_mask(scores, batch.group_size, strategy=type(self).select, generator=generator)  # (N,)
-        rewards = torch.nan_to_num(batch.rewards, nan=0.0)
-        kept_frac = keep.float().mean().item()
-        self.log_metric(batch.mode, "filter/kept_frac", kept_frac)
-        self.log_metric(batch.mode, "filter/kept_reward_mean", rewards[keep].mean().item() if keep.any() else 0.0)
-        if (~keep).any():
-            self.log_metric(batch.mode, "filter/dropped_reward_mean", rewards[~keep].mean().item())
-        groups_kept = keep.view(-1, batch.group_size).any(dim=1).float().mean().item()
-        self.log_metric(batch.mode, "filter/groups_kept_frac", groups_kept)
         if not keep.any():
-            self.log_metric(batch.mode, "filter/all_filtered", 1.0)
             logger.warning(
                 "sample_filter=%r dropped every completion of this generation batch (step %d): it trains with zero "
                 "loss (Adam momentum still moves the weights). Frequent with 'nonzero_std' when every group gets the "
@@ -86,9 +78,7 @@ class PolicyFilter(SampleFilterBase):
                 self.strategy,
                 host.global_step,
             )
-        else:
-            self.log_metric(batch.mode, "filter/all_filtered", 0.0)
-        return FilterUpdate(keep=keep)
+        return FilterUpdate(keep=keep), keep_metrics(keep, batch.rewards, batch.group_size)
 
     def loss_scale(self, inputs, mode: str) -> float:
         """rows / kept rows of the micro-batch for per-sequence loss types (1.0 otherwise or when nothing is kept)."""
@@ -105,6 +95,20 @@ class PolicyFilter(SampleFilterBase):
             return None
         kl = self.trl_kl(ctx)
         return beta * (ctx.row_scale - 1.0) * self.aggregate(kl, ctx, scale_rows=False)
+
+
+def keep_metrics(keep: torch.Tensor, rewards: torch.Tensor, group_size: int) -> dict[str, float]:
+    """The ``filter/*`` metrics of (N,) ``keep`` flags over (N,) rewards (NaN: unscorable, counted as 0)."""
+    rewards = torch.nan_to_num(rewards, nan=0.0)
+    metrics = {
+        "filter/kept_frac": keep.float().mean().item(),
+        "filter/kept_reward_mean": rewards[keep].mean().item() if keep.any() else 0.0,
+        "filter/groups_kept_frac": keep.view(-1, group_size).any(dim=1).float().mean().item(),
+        "filter/all_filtered": float(not keep.any()),
+    }
+    if (~keep).any():
+        metrics["filter/dropped_reward_mean"] = rewards[~keep].mean().item()
+    return metrics
 
 
 def register_strategy(name: str):

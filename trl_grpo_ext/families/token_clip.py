@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..api import Out
 from ..core.collectives import LOCAL
 from ..core.token_clip import (
     clip_cov_mask,
@@ -62,17 +63,20 @@ class _CovarianceClip(TokenClipBase):
         """(B, T) centred covariance of the policy-loss tokens, computed once per micro-batch for selection and logs."""
         return token_covariance(logps, ctx.row_advantages, ctx.policy_mask, collectives=self.collectives())
 
-    def log_selection(self, ctx: LossContext, cov: torch.Tensor, selected: torch.Tensor) -> None:
+    def selection_metrics(self, ctx: LossContext, cov: torch.Tensor, selected: torch.Tensor) -> dict[str, float]:
         """Global metrics: fraction and number of tokens selected, mean covariance of valid and of selected tokens."""
         coll = self.host.collectives
         valid = ctx.policy_mask
         stats = torch.stack([valid.sum().float(), selected.sum().float(), cov[valid].sum(), cov[selected].sum()])
         n_valid, n_sel, cov_sum, sel_cov_sum = coll.all_sum(stats).tolist()
-        self.log_metric(ctx.mode, f"{self.prefix}/selected_frac", n_sel / max(n_valid, 1.0))
-        self.log_metric(ctx.mode, f"{self.prefix}/selected_tokens", n_sel)
-        self.log_metric(ctx.mode, f"{self.prefix}/cov_mean", cov_sum / max(n_valid, 1.0))
+        metrics = {
+            f"{self.prefix}/selected_frac": n_sel / max(n_valid, 1.0),
+            f"{self.prefix}/selected_tokens": n_sel,
+            f"{self.prefix}/cov_mean": cov_sum / max(n_valid, 1.0),
+        }
         if n_sel > 0:
-            self.log_metric(ctx.mode, f"{self.prefix}/selected_cov_mean", sel_cov_sum / n_sel)
+            metrics[f"{self.prefix}/selected_cov_mean"] = sel_cov_sum / n_sel
+        return metrics
 
 
 @TOKEN_CLIPS.register("clip_cov")
@@ -97,7 +101,7 @@ class ClipCov(_CovarianceClip):
     example_config = {"clip_cov_ratio": 0.05, "clip_cov_lb": -100.0, "clip_cov_ub": 100.0}
     docs = "clip_cov_kl_cov.md"
 
-    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor | None]:
         host = self.host
         candidates = ctx.policy_mask  # (B, T)
         epsilon_low, epsilon_high = host.ratio_clip
@@ -122,11 +126,13 @@ class ClipCov(_CovarianceClip):
             collectives=self.collectives(),
             covariance=cov,
         )
-        self.log_selection(ctx, cov, selected)
         coll = host.collectives
         n_clipped, n_valid = coll.all_sum(torch.stack([exclude.sum(), candidates.sum()]).float()).tolist()
-        self.log_metric(ctx.mode, "clip_cov/ppo_clipped_frac", n_clipped / max(n_valid, 1.0))
-        return selected
+        metrics = {
+            **self.selection_metrics(ctx, cov, selected),
+            "clip_cov/ppo_clipped_frac": n_clipped / max(n_valid, 1.0),
+        }
+        return selected, metrics
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return torch.where(ctx.selection, logps.detach(), logps)
@@ -208,7 +214,7 @@ class KLCov(_CovarianceClip):
             )
             ratio_clip.drop_ratio_clip()
 
-    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor | None]:
         cov = self.covariance(logps, ctx)
         selected = kl_cov_mask(
             logps,
@@ -218,17 +224,16 @@ class KLCov(_CovarianceClip):
             collectives=self.collectives(),
             covariance=cov,
         )
-        self.log_selection(ctx, cov, selected)
-        return selected
+        return selected, self.selection_metrics(ctx, cov, selected)
 
-    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+    def extra_loss(self, ctx: LossContext) -> Out[torch.Tensor | None]:
         # (B, T); weighted like TRL's policy loss (entropy / off-policy masks, vLLM importance-sampling ratio).
         selected = ctx.selection
         penalty = ctx.weighted(kl_cov_penalty(ctx.logps, ctx.old_logps, selected))
         coll = self.host.collectives
         stats = coll.all_sum(torch.stack([penalty.detach().sum(), selected.sum().float()]))
-        self.log_metric(ctx.mode, "kl_cov/penalty_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
-        return self.args.kl_cov_coef * self.aggregate(penalty, ctx)
+        metrics = {"kl_cov/penalty_mean": (stats[0] / stats[1].clamp(min=1.0)).item()}
+        return self.args.kl_cov_coef * self.aggregate(penalty, ctx), metrics
 
 
 #: TRL loss types whose policy term is PPO's ``-min(r A, clip(r) A)``, which DPPO turns into ``-r A`` on the tokens
@@ -303,7 +308,7 @@ class DPPO(TokenClipBase):
         sampling = ctx.inputs.get("sampling_per_token_logps")
         return ctx.old_logps if sampling is None else sampling
 
-    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
+    def select_tokens(self, logps: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor | None]:
         args = self.args
         anchor = self.anchor(ctx)
         valid = ctx.policy_mask
@@ -316,16 +321,17 @@ class DPPO(TokenClipBase):
         stats = self.host.collectives.all_sum(torch.cat([stats, (shift * valid).sum().reshape(1)]))
         n_valid, n_out, n_high, shift_sum = stats.tolist()
         n_valid = max(n_valid, 1.0)
-        self.log_metric(ctx.mode, "dppo/masked_frac", n_out / n_valid)
-        self.log_metric(ctx.mode, "dppo/masked_high_frac", n_high / n_valid)
-        self.log_metric(ctx.mode, "dppo/masked_low_frac", (n_out - n_high) / n_valid)
-        self.log_metric(ctx.mode, "dppo/prob_shift_mean", shift_sum / n_valid)
-        return outside
+        return outside, {
+            "dppo/masked_frac": n_out / n_valid,
+            "dppo/masked_high_frac": n_high / n_valid,
+            "dppo/masked_low_frac": (n_out - n_high) / n_valid,
+            "dppo/prob_shift_mean": shift_sum / n_valid,
+        }
 
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> torch.Tensor:
         return torch.where(ctx.selection, logps.detach(), logps)
 
-    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
+    def extra_loss(self, ctx: LossContext) -> Out[torch.Tensor | None]:
         restore = restore_kl_gradient(self, ctx)
         coef = self.args.dppo_log_ratio_coef
         if coef == 0.0:
@@ -333,6 +339,6 @@ class DPPO(TokenClipBase):
         per_token = ctx.weighted(squared_log_ratio(ctx.logps, self.anchor(ctx)))  # (B, T)
         valid = ctx.mask.bool()
         stats = self.host.collectives.all_sum(torch.stack([(per_token.detach() * valid).sum(), valid.sum().float()]))
-        self.log_metric(ctx.mode, "dppo/log_ratio_sq_mean", (stats[0] / stats[1].clamp(min=1.0)).item())
         penalty = coef * self.aggregate(per_token, ctx)
-        return penalty if restore is None else penalty + restore
+        metrics = {"dppo/log_ratio_sq_mean": (stats[0] / stats[1].clamp(min=1.0)).item()}
+        return (penalty if restore is None else penalty + restore), metrics
