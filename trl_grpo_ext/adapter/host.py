@@ -28,16 +28,14 @@ class _OfTrainer:
 
 
 class TrainerHost(_OfTrainer):
-    """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: the run's state and settings, metric
-    logging, collectives, seeded generators, loss aggregation."""
+    """The :class:`~trl_grpo_ext.families.base.Host` of a ``GRPOExtTrainer``: the run's state and settings,
+    collectives, seeded generators, loss aggregation."""
 
     collectives: Any  #: the trainer's ``AccelerateCollectives``
-    clock: Any  #: the trainer's ``ExtClock``
 
     def __init__(self, trainer):
         super().__init__(trainer)
         self.collectives = trainer.ext_collectives
-        self.clock = trainer.ext_clock
 
     @property
     def beta(self) -> float:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES, per_token_kl
 from ..adapter.host import MonitorSource
@@ -52,7 +53,6 @@ class Host(Protocol):
     """What every member may use of the run. Implemented by ``trl_grpo_ext.adapter.host.TrainerHost``."""
 
     collectives: Collectives  #: sums / concatenations over all processes
-    clock: Any  #: the trainer's ``ExtClock`` of plugin time (work outside the hooks, a callback, measures with it)
 
     @property
     def beta(self) -> float:
@@ -79,7 +79,7 @@ class Host(Protocol):
     @property
     def step_end(self) -> bool: ...
     @property
-    def tokenizer(self) -> Any: ...
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
     @property
     def scale_rewards(self) -> ScaleKind: ...
     @property
