@@ -244,6 +244,10 @@ class MonitorSource(TrainerHost):
     def args(self):
         return self._trainer.args
 
+    def log(self, mode: str, name: str, value: float) -> None:
+        """Buffer a metric in TRL's metrics of ``mode`` (the monitor's own keys, ``monitor_metric_keys``)."""
+        trl_compat.log_value(self._trainer, mode, name, value)
+
     def log_column(self, name: str, values: list) -> None:
         """Extend a column of TRL's completions table (one value per row of the last batch)."""
         self._trainer._logs["extra"][name].extend(values)
