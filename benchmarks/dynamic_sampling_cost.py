@@ -22,8 +22,8 @@ import torch
 ARMS = {
     "none": {},
     "nonzero_std": {"sample_filter": "nonzero_std"},
-    "dynamic_sampling, 1 round": {"sample_filter": "dynamic_sampling", "dynamic_sampling_max_rounds": 1},
-    "dynamic_sampling, 3 rounds": {"sample_filter": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
+    "dynamic_sampling, 1 round": {"refill": "dynamic_sampling", "dynamic_sampling_max_rounds": 1},
+    "dynamic_sampling, 3 rounds": {"refill": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
 }
 
 

@@ -137,7 +137,7 @@ def studies() -> dict[str, dict[str, Arm]]:
         # signal (exploratory: issue 28); its cost is each run's time against vanilla's.
         "forks_dynamic": {
             "dynamic sampling": Arm(
-                {"sample_filter": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
+                {"refill": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
                 "groups without signal refilled, up to 3 rounds",
             ),
         },

@@ -34,7 +34,7 @@ CONFIGS = {
         "aepo_regenerate_fraction": 1.0,
         "aepo_adv_threshold": 0.0,
     },
-    "dynamic sampling (3 rounds)": {"sample_filter": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
+    "dynamic sampling (3 rounds)": {"refill": "dynamic_sampling", "dynamic_sampling_max_rounds": 3},
 }
 
 

@@ -100,6 +100,31 @@ def random_advantage_batch(trainer, dataset, seed=0):
     return out
 
 
+def assert_masked_equals_removed(trainer, out) -> None:
+    """The loss and gradient of a generation batch ``out`` whose rows are masked (``KEEP_KEY``, ``tool_mask``, the
+    recounted ``num_items_in_batch``, the per-sequence rescale) equal those of the batch with the masked rows removed,
+    KL term included."""
+    from trl_grpo_ext.api import KEEP_KEY
+
+    keep = out[KEEP_KEY]
+    assert out["num_items_in_batch"] == (out["completion_mask"] * out["tool_mask"]).sum()
+    out["ref_per_token_logps"] = out["ref_per_token_logps"] + 0.2  # a KL term that is not 0
+    masked_loss = trainer._compute_loss(trainer.model, out)
+    masked_loss.backward()
+    masked_grads = [p.grad.clone() for p in trainer.model.parameters()]
+    trainer.model.zero_grad()
+    removed = {
+        k: (v[keep] if torch.is_tensor(v) and v.dim() > 0 else v)
+        for k, v in out.items()
+        if k not in (KEEP_KEY, "tool_mask")
+    }
+    removed_loss = trainer._compute_loss(trainer.model, removed)
+    removed_loss.backward()
+    torch.testing.assert_close(masked_loss, removed_loss)
+    for a, p in zip(masked_grads, trainer.model.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad)
+
+
 def aggregate_single_process(trainer, per_token, inputs, loss_type, *, training=True, accumulation=1):
     """``aggregate_like_loss_type`` for one micro-batch on one process."""
     from trl_grpo_ext.adapter.compat import aggregate_like_loss_type

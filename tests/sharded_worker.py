@@ -58,7 +58,8 @@ def main():
     if aepo_mode == "dynamic":
         token_clip = dict(token_clip="dppo", dppo_delta_low=0.05, dppo_delta_high=0.05)
         prm = dict(advantage_estimator="grpo")
-        sample_filter = dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=2)
+        # the refill writes its groups first, then best-worst chooses among the refilled batch's samples
+        sample_filter = dict(refill="dynamic_sampling", dynamic_sampling_max_rounds=2, sample_filter="best_worst")
         aepo = dict(entropy_control="aepo", aepo_adv_threshold=0.0, aepo_regenerate_fraction=1.0)
     elif prm_model is not None:
         prm.update(prm_model_name_or_path=prm_model, prm_step_separator="+")
@@ -115,7 +116,7 @@ def main():
     trainer._apply_splice = count_splice
     refills = []
     if aepo_mode == "dynamic":
-        member = trainer.extensions["sample_filter"]
+        member = trainer.extensions["refill"]
         draw, on_generation = trainer.ext_rollouts.draw_prompts, member.on_generation
 
         def drawing(count, generator):
@@ -126,12 +127,13 @@ def main():
         def refilling(batch):
             global REFILLING
             try:
-                update = on_generation(batch)
+                output = on_generation(batch)  # (update, metrics) in training
             finally:
                 REFILLING = False
             if batch.mode == "train":
+                update = output[0]
                 refills.append(0 if update.splice is None else len(update.splice.rows))
-            return update
+            return output
 
         trainer.ext_rollouts.draw_prompts, member.on_generation = drawing, refilling
     models = {"policy": trainer.model}

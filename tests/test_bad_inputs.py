@@ -160,12 +160,12 @@ CONFIG_ERRORS = [
     ("entropy_adv_kappa", dict(advantage_weighting="entropy_advantage", entropy_adv_kappa=0.5)),
     ("entropy_adv_kappa", dict(advantage_weighting="entropy_advantage", entropy_adv_kappa=float("inf"))),
     # dynamic sampling
-    ("dynamic_sampling_max_rounds", dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=-1)),
-    ("dynamic_sampling_max_rounds", dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=10**6)),
-    ("dynamic_sampling_max_rounds", dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=2.5)),
-    ("dynamic_sampling_fill", dict(sample_filter="dynamic_sampling", dynamic_sampling_fill="duplicate")),
-    ("advantage_estimator", dict(sample_filter="dynamic_sampling", advantage_estimator="prm")),
-    ("w_reinforce_baseline", dict(sample_filter="dynamic_sampling", advantage_weighting="w_reinforce")),
+    ("dynamic_sampling_max_rounds", dict(refill="dynamic_sampling", dynamic_sampling_max_rounds=-1)),
+    ("dynamic_sampling_max_rounds", dict(refill="dynamic_sampling", dynamic_sampling_max_rounds=10**6)),
+    ("dynamic_sampling_max_rounds", dict(refill="dynamic_sampling", dynamic_sampling_max_rounds=2.5)),
+    ("dynamic_sampling_fill", dict(refill="dynamic_sampling", dynamic_sampling_fill="duplicate")),
+    ("advantage_estimator", dict(refill="dynamic_sampling", advantage_estimator="prm")),
+    ("w_reinforce_baseline", dict(refill="dynamic_sampling", advantage_weighting="w_reinforce")),
     # finite but absurd (issue 26: beta reached 2.6e8 with kl_beta_max=1e300; a weight of 1e30 zeroed every advantage)
     ("kl_beta_max", dict(ADAPTIVE, kl_beta_max=1e300, kl_horizon=1)),
     ("reward_weights", dict(reward_weights=[1e30])),

@@ -120,7 +120,7 @@ def test_built_in_members_name_the_services_they_use():
     named = {label: services_of(cls) for label, cls in members.items()}
     assert all(set(services) <= set(SERVICES) for services in named.values()), named
     assert named["entropy_control=aepo"] == ["rollouts"]
-    assert named["sample_filter=dynamic_sampling"] == ["rollouts"]
+    assert named["refill=dynamic_sampling"] == ["rollouts"]
     assert named["kl_control=adaptive"] == named["kl_control=diversity"] == ["beta_control"]
     assert named["token_clip=kl_cov"] == named["token_clip=dppo"] == ["ratio_clip"]
     assert named["advantage_estimator=prm"] == ["scoring"]
@@ -413,8 +413,8 @@ def test_handoffs_live_in_the_call_not_on_the_trainer(make_trainer, train_datase
 def test_the_token_clip_selects_tokens_and_each_slot_runs_only_its_familys_hooks(make_trainer, train_dataset):
     """A token clip returns its selection from ``select_tokens``; the trainer stores it in ``ctx.selected`` for the
     member's other hooks. The trainer calls each slot only through its family's hooks, in the order of the family
-    interfaces; a member overriding another family's hook (a second selection, a KL controller's loss_scale) is refused
-    at registration, naming the hook and the fix."""
+    interfaces; a member overriding another family's hook (a second selection) or a retired one (a KL controller's
+    loss_scale) is refused at registration, naming the hook and the fix."""
     from trl_grpo_ext.api import FAMILY_INTERFACES
     from trl_grpo_ext.families import KL_CONTROLLERS, SAMPLE_FILTERS
     from trl_grpo_ext.families.contracts import MemberContractError
@@ -444,7 +444,7 @@ def test_the_token_clip_selects_tokens_and_each_slot_runs_only_its_familys_hooks
             def select_tokens(self, logps, ctx):
                 return torch.ones_like(logps, dtype=torch.bool)
 
-    with pytest.raises(MemberContractError, match=r"Scaling\.loss_scale is no kl_control hook"):
+    with pytest.raises(MemberContractError, match=r"Scaling\.loss_scale is no hook since 0\.2\.0.*pf_rescale"):
 
         @KL_CONTROLLERS.register("scaling_kl")
         class Scaling(KLControllerBase):

@@ -314,7 +314,7 @@ def _flat_outside_refills(funcs: list) -> list:
 
 
 def _watch_refills(trainer) -> None:
-    member = trainer.extensions["sample_filter"]
+    member = trainer.extensions["refill"]
     draw, on_generation = trainer.ext_rollouts.draw_prompts, member.on_generation
 
     def drawing(count, generator):
@@ -392,7 +392,7 @@ COLUMNS: dict[str, Column] = {
     "dppo": Column(dict(token_clip="dppo", num_iterations=2, dppo_delta_low=1e-4, dppo_delta_high=1e-4), (acted_dppo,)),
     "best_of_n": Column(dict(sample_filter="best_of_n"), (acted_filter,)),
     "dynamic_sampling": Column(
-        dict(sample_filter="dynamic_sampling", dynamic_sampling_max_rounds=1),
+        dict(refill="dynamic_sampling", dynamic_sampling_max_rounds=1),
         (acted_dynamic_sampling,),
         rewards=_flat_outside_refills,
         setup=_watch_refills,
@@ -454,7 +454,7 @@ REFUSED: dict[tuple[str, str], str] = {
     ),
     ("environment_factory (scripted tool call)", "all"): "entropy_control='aepo' cannot run with environment_factory",
     ("environment_factory (scripted tool call)", "dynamic_sampling"): (
-        "sample_filter='dynamic_sampling' cannot run with environment_factory"
+        "refill='dynamic_sampling' cannot run with environment_factory"
     ),
     ("multi_objective_aggregation=normalize_then_sum", "dynamic_sampling"): "new rows change that deviation",
 }

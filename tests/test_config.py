@@ -328,3 +328,10 @@ def test_a_member_that_changed_family_is_refused_with_its_new_switch(tmp_path):
     args = GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, advantage_weighting="entropy_advantage",
                          entropy_control="aepo")  # fmt: skip
     assert (args.advantage_weighting, args.entropy_control) == ("entropy_advantage", "aepo")  # now they combine
+    # dynamic sampling refills before the sample filter chooses: its own family, so the two combine
+    moved = r"sample_filter='dynamic_sampling': this member moved to refill.*Fix: set refill='dynamic_sampling'"
+    with pytest.raises(ValueError, match=moved):
+        GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, sample_filter="dynamic_sampling")
+    args = GRPOExtConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, refill="dynamic_sampling",
+                         sample_filter="best_worst")  # fmt: skip
+    assert (args.refill, args.sample_filter) == ("dynamic_sampling", "best_worst")

@@ -480,10 +480,6 @@ def test_loss_side_outputs_are_checked():
         RECEIVE.loss_term(member, torch.zeros(2), mode="train")
     with pytest.raises(MemberContractError, match=r"extra_loss at step 3: returned nan"):
         RECEIVE.loss_term(member, torch.tensor(float("nan")), mode="train")
-    for bad in (-1.0, math.inf, None, True):
-        with pytest.raises(MemberContractError, match=r"loss_scale at step 3"):
-            RECEIVE.loss_scale(member, bad, mode="train")
-    assert RECEIVE.loss_scale(member, 2, mode="train") == 2.0
 
 
 class Measures:
@@ -504,7 +500,8 @@ def test_the_metrics_a_hook_returns_with_its_value_are_checked_and_logged_under_
     assert RECEIVE.nothing(member, "after_loss", (None, metrics), mode="train") is None
     assert LOGGED[1] == ("train", "pass@k/sampled_4", 0.5) and LOGGED[2][:2] == ("train", "guard/loss")
     assert math.isnan(LOGGED[2][2])
-    assert RECEIVE.loss_scale(member, (2, {}), mode="train") == 2.0 and len(LOGGED) == 3
+    term = torch.tensor(2.0)
+    assert RECEIVE.loss_term(member, (term, {}), mode="train") is term and len(LOGGED) == 3
     LOGGED.clear()
     cases = [
         (
@@ -662,7 +659,7 @@ def test_a_member_writing_what_its_hook_reads_fails_before_the_weights_change(
     ("built", "late"),
     [
         ({}, {"token_clip": "clip_cov", "clip_cov_lb": -100.0}),  # the issue's notebook habit: no member was built
-        ({"sample_filter": "dynamic_sampling"}, {"sample_filter": "none"}),  # the member would still refill
+        ({"refill": "dynamic_sampling"}, {"refill": "none"}),  # the member would still refill
         ({"kl_control": "adaptive", "beta": 0.04}, {"kl_target": 0.5}),  # a parameter of a built member
     ],
 )
@@ -730,14 +727,14 @@ def test_a_subclass_of_a_builtin_keeps_its_rules(registered):
     """Rules belong to the class, not to the switch's value: a variant of dynamic sampling registered under another
     name is refused with PRM advantages and with W-REINFORCE's baseline-free advantages, as the built-in is."""
     from trl_grpo_ext import GRPOExtConfig
-    from trl_grpo_ext.families import SAMPLE_FILTERS
+    from trl_grpo_ext.families import REFILLS
     from trl_grpo_ext.families.dynamic_sampling import DynamicSampling
 
     class MyRefill(DynamicSampling):
         pass
 
-    name = registered(SAMPLE_FILTERS, "test_my_refill", MyRefill)
-    base = dict(use_cpu=True, bf16=False, sample_filter=name)
+    name = registered(REFILLS, "test_my_refill", MyRefill)
+    base = dict(use_cpu=True, bf16=False, refill=name)
     with pytest.raises(ValueError, match=r"PRMAdvantage cannot \(PRM advantages need step rewards\)"):
         GRPOExtConfig("out", advantage_estimator="prm", **base)
     with pytest.raises(ValueError, match=r"no group lacks signal"):

@@ -1,4 +1,4 @@
-"""sample_filter='dynamic_sampling' in the trainer: groups without signal replaced by new groups with signal (their
+"""refill='dynamic_sampling' in the trainer: groups without signal replaced by new groups with signal (their
 tokens, TRL's group-normalised advantages, masks, old log-probs), "replace" duplicating the batch's own groups, "filter"
 masking what no round refilled, the dataset checked at construction, and tiny training runs alone and with the other
 families. The 2-process, sharded-engine runs are in tests/test_sharded.py (mode "dynamic")."""
@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import last_logs
+from conftest import assert_masked_equals_removed, last_logs
 
 from grpo_lab import testkit
 from trl_grpo_ext.core.advantages import group_relative_advantages
@@ -62,7 +62,7 @@ def metric(trainer, name):
 
 def test_refill_puts_a_new_group_with_signal_in_place_of_the_flat_one(make_trainer, train_dataset):
     trainer = make_trainer(
-        sample_filter="dynamic_sampling",
+        refill="dynamic_sampling",
         dynamic_sampling_max_rounds=5,
         reward_funcs=[flat_or_length],
         max_completion_length=8,
@@ -90,25 +90,25 @@ def test_refill_puts_a_new_group_with_signal_in_place_of_the_flat_one(make_train
     )[0]
     mask = out["completion_mask"].bool()
     torch.testing.assert_close(out["ref_per_token_logps"][mask], ref[mask], rtol=1e-4, atol=1e-5)
-    assert out["tool_mask"].bool().all()  # every row trains
+    assert "tool_mask" not in out  # every row trains: nothing masked
     assert metric(trainer, "dynamic/signal_frac_before") == 0.5 and metric(trainer, "dynamic/signal_frac_after") == 1.0
     assert metric(trainer, "dynamic/refilled_groups") == 1.0 and metric(trainer, "dynamic/rounds") >= 1
-    assert metric(trainer, "filter/kept_frac") == 1.0 and metric(trainer, "dynamic/extra_gen_time") >= 0  # logged
+    assert metric(trainer, "dynamic/kept_frac") == 1.0 and metric(trainer, "dynamic/extra_gen_time") >= 0  # logged
 
 
 def test_no_flat_group_no_round_no_splice(make_trainer, train_dataset):
-    trainer = make_trainer(sample_filter="dynamic_sampling", reward_funcs=[flat_or_length], max_completion_length=8)
+    trainer = make_trainer(refill="dynamic_sampling", reward_funcs=[flat_or_length], max_completion_length=8)
     signal = [r for r in train_dataset if has_signal(r["prompt"])][:2]
     out, splices = generate(trainer, [r for r in signal for _ in range(4)])
     assert splices == [] and metric(trainer, "dynamic/rounds") == 0
-    assert metric(trainer, "dynamic/refilled_groups") == 0 and metric(trainer, "filter/kept_frac") == 1.0
+    assert metric(trainer, "dynamic/refilled_groups") == 0 and metric(trainer, "dynamic/kept_frac") == 1.0
 
 
 @pytest.mark.parametrize("fill", ["filter", "replace"])
 def test_what_no_round_refilled(make_trainer, train_dataset, fill):
     rows = batch_of(train_dataset, flat_first=False)  # group 0 has signal, group 1 is flat
     trainer = make_trainer(
-        sample_filter="dynamic_sampling",
+        refill="dynamic_sampling",
         dynamic_sampling_max_rounds=1,
         dynamic_sampling_fill=fill,
         reward_funcs=[only_prompt(rows[0]["prompt"])],
@@ -119,22 +119,24 @@ def test_what_no_round_refilled(make_trainer, train_dataset, fill):
     if fill == "filter":  # DAPO: masked, as nonzero_std masks it
         assert splices == []
         assert out["tool_mask"][:4].bool().all() and not out["tool_mask"][4:].any()
-        assert metric(trainer, "filter/kept_frac") == 0.5 and metric(trainer, "dynamic/signal_frac_after") == 0.5
+        assert metric(trainer, "dynamic/kept_frac") == 0.5 and metric(trainer, "dynamic/signal_frac_after") == 0.5
     else:  # Polaris: group 1 becomes a copy of group 0, advantages and tokens included
         (splice,) = splices
         assert splice.copies == [(k, 4 + k) for k in range(4)]
         for key in ("completion_ids", "completion_mask", "prompt_ids", "advantages"):
             torch.testing.assert_close(out[key][4:], out[key][:4])
-        assert out["tool_mask"].bool().all() and metric(trainer, "dynamic/duplicated_groups") == 1.0
+        assert "tool_mask" not in out and metric(trainer, "dynamic/duplicated_groups") == 1.0
         assert metric(trainer, "dynamic/signal_frac_after") == 1.0
 
 
 def test_zero_rounds_is_nonzero_std(make_trainer, train_dataset):
     rows = batch_of(train_dataset)
     outs = {}
-    for name, extra in (("dynamic", dict(dynamic_sampling_max_rounds=0)), ("nonzero_std", {})):
+    for name, extra in (
+        ("dynamic", dict(refill="dynamic_sampling", dynamic_sampling_max_rounds=0)),
+        ("nonzero_std", dict(sample_filter="nonzero_std")),
+    ):
         trainer = make_trainer(
-            sample_filter="dynamic_sampling" if name == "dynamic" else "nonzero_std",
             reward_funcs=[flat_or_length],
             max_completion_length=8,
             **extra,
@@ -149,7 +151,7 @@ def test_a_streaming_dataset_refills_from_this_processs_share_of_the_stream(make
     order), restarting it when it ends."""
     stream = train_dataset.select(range(6)).to_iterable_dataset()
     trainer = make_trainer(
-        sample_filter="dynamic_sampling",
+        refill="dynamic_sampling",
         dynamic_sampling_max_rounds=1,
         reward_funcs=[flat_or_length],
         trainer_kwargs={"train_dataset": stream},
@@ -167,7 +169,7 @@ def test_a_streaming_dataset_refills_from_this_processs_share_of_the_stream(make
 def test_an_empty_stream_is_named_at_the_first_refill(make_trainer, train_dataset):
     from datasets import IterableDataset
 
-    trainer = make_trainer(sample_filter="dynamic_sampling", reward_funcs=[flat_or_length])
+    trainer = make_trainer(refill="dynamic_sampling", reward_funcs=[flat_or_length])
     trainer.train_dataset = IterableDataset.from_generator(lambda: iter(()))
     with pytest.raises(ValueError, match=r"train_dataset \(a stream\) holds no row for this process"):
         trainer.ext_rollouts.draw_prompts(2, torch.Generator())
@@ -178,7 +180,7 @@ def test_refilled_groups_get_the_configured_estimators_advantages(make_trainer, 
     from trl_grpo_ext.core.pkpo import pass_at_k_weights
 
     trainer = make_trainer(
-        sample_filter="dynamic_sampling",
+        refill="dynamic_sampling",
         dynamic_sampling_max_rounds=5,
         advantage_estimator="pass_at_k",
         pkpo_k=2,
@@ -224,7 +226,7 @@ def test_refilled_groups_get_the_configured_estimators_advantages(make_trainer, 
 )
 def test_trains_alone_and_with_the_other_families(make_trainer, others):
     trainer = make_trainer(
-        sample_filter="dynamic_sampling",
+        refill="dynamic_sampling",
         dynamic_sampling_max_rounds=2,
         reward_funcs=[flat_or_length, testkit.exact_match_reward],
         max_completion_length=6,
@@ -269,7 +271,7 @@ def test_splices_are_placed_on_rows_no_earlier_splice_took(caplog):
 
 def test_aepo_does_not_overwrite_the_groups_dynamic_sampling_refilled(make_trainer, train_dataset):
     trainer = make_trainer(
-        sample_filter="dynamic_sampling",
+        refill="dynamic_sampling",
         dynamic_sampling_max_rounds=5,
         entropy_control="aepo",
         aepo_adv_threshold=-10.0,  # every regenerated sample is a candidate
@@ -285,3 +287,82 @@ def test_aepo_does_not_overwrite_the_groups_dynamic_sampling_refilled(make_train
     for i, row in enumerate(refill.rows):  # the refilled group is still in the batch after AEPO's splice
         ids = refill.rollout.completion_ids[i]
         assert out["completion_ids"][row, : len(ids)].tolist() == list(ids)
+
+
+def test_a_sample_filter_chooses_among_the_refilled_groups_samples(make_trainer, train_dataset):
+    """The refill's new group is in the batch the sample filter reads (rewards, prompts, completions, ids), and the
+    filter's best-worst choice in that group is made on the new samples' rewards."""
+    from trl_grpo_ext.api import KEEP_KEY
+
+    trainer = make_trainer(
+        refill="dynamic_sampling",
+        dynamic_sampling_max_rounds=5,
+        sample_filter="best_worst",
+        reward_funcs=[flat_or_length],
+        max_completion_length=8,
+    )
+    seen = []
+    member = trainer.extensions.sample_filter
+    choose = member.on_generation
+    member.on_generation = lambda batch: seen.append(batch) or choose(batch)
+    rows = batch_of(train_dataset)  # rows 0-3 flat (refilled), 4-7 with signal
+    out, (splice,) = generate(trainer, rows)
+    (batch,) = seen
+    assert splice.rows == [0, 1, 2, 3]
+    assert batch.completions[:4] == splice.rollout.completions
+    assert batch.completion_ids_list[:4] == [list(ids) for ids in splice.rollout.completion_ids]
+    assert len(set(batch.prompts[:4])) == 1 and has_signal(batch.prompts[0]) and batch.prompts[0] != rows[0]["prompt"]
+    assert [row["prompt"] for row in batch.inputs[:4]] == batch.prompts[:4] and batch.prompts[4:] == [
+        row["prompt"] for row in rows[4:]
+    ]
+    new_rewards = torch.tensor(flat_or_length(batch.prompts[:4], batch.completions[:4]))
+    torch.testing.assert_close(batch.rewards[:4], new_rewards)
+    torch.testing.assert_close(batch.rewards_per_func[:4, 0], new_rewards)
+    keep = out[KEEP_KEY]
+    for group in (slice(0, 4), slice(4, 8)):  # best-worst: one highest and one lowest reward of each group train
+        kept = batch.rewards[group][keep[group]]
+        assert int(keep[group].sum()) == 2 and set(kept.tolist()) == {
+            batch.rewards[group].max().item(),
+            batch.rewards[group].min().item(),
+        }
+    assert torch.equal(out["tool_mask"].bool().any(dim=1), keep)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_the_groups_a_refill_masks_leave_the_loss_as_if_removed(make_trainer, train_dataset, loss_type):
+    """The row rescale follows the keep flags whoever returned them: with no sample filter, the group dynamic sampling
+    left without signal (no round allowed) weighs in the loss and its gradient as if it were removed, KL included."""
+    from trl_grpo_ext.api import KEEP_KEY
+
+    trainer = make_trainer(
+        refill="dynamic_sampling",
+        dynamic_sampling_max_rounds=0,
+        loss_type=loss_type,
+        beta=0.2,
+        reward_funcs=[flat_or_length],
+        max_completion_length=8,
+    )
+    out, splices = generate(trainer, batch_of(train_dataset))
+    assert splices == [] and out[KEEP_KEY].tolist() == [False] * 4 + [True] * 4
+    assert_masked_equals_removed(trainer, out)
+
+
+def test_a_refill_returning_a_splice_without_its_rewards_is_named(make_trainer, train_dataset, monkeypatch):
+    """The members after a refill read its new samples' rewards and dataset rows: a splice without them is refused,
+    naming the member and what to return."""
+    from trl_grpo_ext.api import RefillUpdate
+    from trl_grpo_ext.families.contracts import MemberContractError
+
+    trainer = make_trainer(refill="dynamic_sampling", dynamic_sampling_max_rounds=5, reward_funcs=[flat_or_length])
+    member = trainer.extensions.refill
+    refill = member.on_generation
+
+    def without_rewards(batch):
+        update, metrics = refill(batch)
+        return RefillUpdate(splice=update.splice, keep=update.keep, inputs=update.inputs), metrics
+
+    member.on_generation = without_rewards
+    with pytest.raises(
+        MemberContractError, match=r"DynamicSampling\.on_generation at step 0: returned rewards_per_func"
+    ):
+        generate(trainer, batch_of(train_dataset))

@@ -6,12 +6,19 @@ import math
 
 import pytest
 import torch
-from conftest import LogpProbe, aggregate_single_process, last_logs, random_advantage_batch, scored_batch
+from conftest import (
+    LogpProbe,
+    aggregate_single_process,
+    assert_masked_equals_removed,
+    last_logs,
+    random_advantage_batch,
+    scored_batch,
+)
 from transformers import AutoModelForCausalLM
 
 from trl_grpo_ext import GRPOExtTrainer
+from trl_grpo_ext.api import KEEP_KEY
 from trl_grpo_ext.core import kl_cov_mask
-from trl_grpo_ext.families.sample_filter import KEEP_KEY
 
 FEATURES = {
     "population_std": dict(advantage_std="population"),
@@ -207,22 +214,7 @@ def test_filtered_loss_equals_loss_on_kept_rows(make_trainer, train_dataset, los
     out = scored_batch(trainer, train_dataset)
     keep = out[KEEP_KEY]
     assert 0 < int(keep.sum()) < keep.numel()
-    assert out["num_items_in_batch"] == (out["completion_mask"] * out["tool_mask"]).sum()
-    out["ref_per_token_logps"] = out["ref_per_token_logps"] + 0.2
-    masked_loss = trainer._compute_loss(trainer.model, out)
-    masked_loss.backward()
-    masked_grads = [p.grad.clone() for p in trainer.model.parameters()]
-    trainer.model.zero_grad()
-    removed = {
-        k: (v[keep] if torch.is_tensor(v) and v.dim() > 0 else v)
-        for k, v in out.items()
-        if k not in (KEEP_KEY, "tool_mask")
-    }
-    removed_loss = trainer._compute_loss(trainer.model, removed)
-    removed_loss.backward()
-    torch.testing.assert_close(masked_loss, removed_loss)
-    for a, p in zip(masked_grads, trainer.model.parameters()):
-        torch.testing.assert_close(a, p.grad)
+    assert_masked_equals_removed(trainer, out)
 
 
 def test_every_row_filtered_trains_with_zero_loss_and_warns(make_trainer, caplog):
@@ -363,8 +355,9 @@ def test_token_clip_metrics_by_hand(make_trainer, train_dataset, clip):
     select = member.select_tokens
 
     def capture(logps, ctx):
-        seen["selected"] = select(logps, ctx)
-        return seen["selected"]
+        output = select(logps, ctx)  # (selected, metrics)
+        seen["selected"] = output[0]
+        return output
 
     member.select_tokens = capture
     inputs = scored_batch(trainer, train_dataset)

@@ -88,7 +88,7 @@ def test_a_strategy_registration_refuses_a_taken_name():
         return torch.ones_like(grouped, dtype=torch.bool)
 
     before = {name: SAMPLE_FILTERS.get(name) for name in SAMPLE_FILTERS.names()}
-    for taken in ("best_of_n", "none", "dynamic_sampling"):
+    for taken in ("best_of_n", "none", "nonzero_std"):
         with pytest.raises(ValueError, match=rf"The sample_filter '{taken}' is already registered"):
             register_strategy(taken)(keep_all)
     assert {name: SAMPLE_FILTERS.get(name) for name in SAMPLE_FILTERS.names()} == before

@@ -5,7 +5,8 @@ seed; a reference reset after step 2 in every run.
 
 Rank 1's rewards are flat by construction (tests/sharded_worker.py): AEPO finds nothing to splice there (splice mode)
 or no sample for its chunk (term mode), and ``nonzero_std`` keeps none of its rows (term mode); in mode ``dynamic``,
-dynamic sampling refills rank 1's groups with new ones while rank 0 generates as many and splices none. Under FSDP2 /
+dynamic sampling refills rank 1's groups with new ones while rank 0 generates as many and splices none, and best-worst
+then chooses among the refilled batch's samples. Under FSDP2 /
 ZeRO-3 every forward is a collective, so a process that skips one crashes the run (gloo) or deadlocks it; each run is
 bounded by ``ddp_timeout=60`` inside and a subprocess timeout outside, so a mismatch fails in about a minute, never at
 the CI limit. The DDP run also logs every collective and forward of both processes: the two logs must be equal, which

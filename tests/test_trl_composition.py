@@ -14,9 +14,9 @@ from grpo_lab import testkit
 from trl_grpo_ext import GRPOExtConfig
 from trl_grpo_ext.adapter.compat import policy_logps_at_temperature, vllm_importance_sampling_ratio
 from trl_grpo_ext.adapter.rollouts import Rollout
+from trl_grpo_ext.api import KEEP_KEY
 from trl_grpo_ext.core.aepo import high_entropy_mask
 from trl_grpo_ext.core.diversity import distinct_n_batch
-from trl_grpo_ext.families.sample_filter import KEEP_KEY
 
 
 def _capture_selection(trainer):
@@ -272,7 +272,8 @@ def test_aepo_term_only_on_high_entropy_tokens(make_trainer, train_dataset):
 
     ctx = LossContext(inputs={}, mask=torch.ones(1, 1), mode="train", logps=torch.zeros(1, 1))
     trainer._step = 0
-    aepo.extra_loss(ctx).backward()
+    loss, _ = aepo.extra_loss(ctx)  # (term, metrics)
+    loss.backward()
     grad = captured["logps"].grad
     expected = high_entropy_mask(entropies.detach(), chunk["loss_mask"], quantile=0.25)
     assert expected.any() and (~expected & chunk["loss_mask"].bool()).any()

@@ -4,10 +4,11 @@ member and what a member hands back, whatever family it belongs to.
 - the batch and loss contexts: :class:`GenerationBatch` (one scored generation batch), :class:`LossContext` (one
   micro-batch inside the loss), and :class:`GenerationUpdate`, what an ``on_generation`` hook changes;
 - rollouts made outside TRL's batch: :class:`Rollout` and :class:`Splice` (the rows they replace);
-- each family's output type (:class:`AdvantageUpdate`, :class:`FilterUpdate`, :class:`SpliceUpdate`) and
-  ``Protocol`` (:class:`AdvantageEstimator`, :class:`AdvantageWeighting`, :class:`SampleFilter`, :class:`TokenClip`,
-  :class:`KLController`, :class:`ReferenceUpdate`, :class:`EntropyControl`, :class:`Observer`), the table of their hooks
-  (:data:`FAMILY_INTERFACES`) and the hooks the trainer calls (:data:`HOOKS`);
+- each family's output type (:class:`AdvantageUpdate`, :class:`RefillUpdate`, :class:`FilterUpdate`,
+  :class:`SpliceUpdate`) and ``Protocol`` (:class:`AdvantageEstimator`, :class:`Refill`, :class:`AdvantageWeighting`,
+  :class:`SampleFilter`, :class:`TokenClip`, :class:`KLController`, :class:`ReferenceUpdate`, :class:`EntropyControl`,
+  :class:`Observer`), the table of their hooks (:data:`FAMILY_INTERFACES`) and the hooks the trainer calls
+  (:data:`HOOKS`);
 - the family registries, typed by their Protocols (``trl_grpo_ext.names`` holds the same objects, untyped, for the
   config).
 
@@ -36,7 +37,6 @@ from .core.registry import Registry
 HOOKS = (
     "on_generation",
     "group_advantages",
-    "loss_scale",
     "shape_advantages",
     "select_tokens",
     "modify_logps",
@@ -105,10 +105,11 @@ class Splice:
     default (AEPO as its authors run it: the reinforced samples replace the first rows of the training batch, which
     keeps its size), or the ``rows`` given (dynamic sampling: the rows of groups without signal).
 
-    Applied by :func:`apply_splice` after every member's ``on_generation`` ran (so the others see TRL's own samples):
-    the target rows get the rollout's tokens, their advantage on every token, keep flag True, TRL's old / reference /
-    vLLM sampling log-probs and importance-sampling ratio recomputed for them, and ``num_items_in_batch`` recounted (a
-    collective: every process returns a splice, possibly empty).
+    Applied by :func:`apply_splice`: a refill's as soon as it returns it (the members after it read the refilled
+    batch), an entropy control's after every member ran (the others see the batch's own samples, not AEPO's, and it
+    takes rows no refill took). The target rows get the rollout's tokens, their advantage on every token, keep flag
+    True, TRL's old / reference / vLLM sampling log-probs and importance-sampling ratio recomputed for them, and
+    ``num_items_in_batch`` recounted (a collective: every process returns a splice, possibly empty).
 
     Attributes:
         rollout: this process's samples, at most its row count.
@@ -306,11 +307,33 @@ class AdvantageUpdate(GenerationUpdate):
 
 @dataclass(kw_only=True)
 class FilterUpdate(GenerationUpdate):
-    """A sample filter's ``on_generation`` result: (N,) bool ``keep``, the rows that train, and optionally groups
-    generated in place of dropped ones (``splice``, dynamic sampling)."""
+    """A sample filter's ``on_generation`` result: (N,) bool ``keep``, the rows that train."""
 
     keep: torch.Tensor = field()
+    advantages: None = field(default=None, init=False)
+    splice: None = field(default=None, init=False)
+
+
+@dataclass(kw_only=True)
+class RefillUpdate(GenerationUpdate):
+    """A refill's ``on_generation`` result (dynamic sampling): new samples put in place of rows of this process
+    (``splice``, with explicit ``rows`` and the advantages the estimator gives them), written into TRL's batch at once,
+    before the members after it run, so that they (the weighting, the sample filter, the observers) read the batch as
+    it trains; and optionally (N,) ``keep``, the rows that train (the groups no round refilled masked).
+
+    A refill returns a splice on every process or on none (applying it runs forwards, collectives under FSDP /
+    ZeRO-3); a process with nothing new returns an empty one.
+
+    Attributes:
+        inputs: the dataset rows of the splice's samples, one per sample (what the reward functions were given:
+            their ``prompt`` is the sample's prompt).
+        rewards_per_func: (len(splice.rollout), F) each sample's reward per reward function (NaN: unscorable).
+    """
+
     splice: Splice | None = None
+    keep: torch.Tensor | None = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    rewards_per_func: torch.Tensor | None = None
     advantages: None = field(default=None, init=False)
 
 
@@ -360,14 +383,18 @@ class AdvantageWeighting(Member, Protocol):
     def shape_advantages(self, advantages: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor]: ...
 
 
+class Refill(Member, Protocol):
+    """``refill``: new groups in place of the batch's groups without signal (``on_generation`` returns a
+    :class:`RefillUpdate`, applied before the weighting, the sample filter and the observers run)."""
+
+    def on_generation(self, batch: GenerationBatch) -> Out[RefillUpdate | None]: ...
+
+
 class SampleFilter(Member, Protocol):
-    """``sample_filter``: the rows that train (``on_generation``), a factor for a micro-batch's per-sequence loss
-    (``loss_scale``) and a loss term (``extra_loss``, e.g. a zero term that keeps a fully filtered micro-batch in the
-    graph)."""
+    """``sample_filter``: the rows that train (``on_generation``). The trainer masks the others out of the loss and,
+    with ``pf_rescale``, rescales each micro-batch's per-sequence loss to its kept rows (whoever set the flags)."""
 
     def on_generation(self, batch: GenerationBatch) -> Out[FilterUpdate | None]: ...
-    def loss_scale(self, inputs: dict[str, Any], mode: str) -> Out[float]: ...
-    def extra_loss(self, ctx: LossContext) -> Out[torch.Tensor | None]: ...
 
 
 class TokenClip(Member, Protocol):
@@ -459,11 +486,18 @@ FAMILY_INTERFACES: dict[str, FamilyInterface] = {
         frozenset({"advantages"}),
         AdvantageUpdate,
     ),
+    "refill": FamilyInterface(
+        Refill,
+        ("on_generation",),
+        "a refill returns new groups in place of others from on_generation",
+        frozenset({"keep", "splice"}),
+        RefillUpdate,
+    ),
     "sample_filter": FamilyInterface(
         SampleFilter,
         ("on_generation",),
         "a sample filter returns the rows that train from on_generation",
-        frozenset({"keep", "splice"}),
+        frozenset({"keep"}),
         FilterUpdate,
     ),
     "token_clip": FamilyInterface(
@@ -511,6 +545,7 @@ ADVANTAGE_ESTIMATORS: Registry[type[AdvantageEstimator]] = names.ADVANTAGE_ESTIM
 ADVANTAGE_WEIGHTINGS: Registry[type[AdvantageWeighting]] = names.ADVANTAGE_WEIGHTINGS
 TOKEN_CLIPS: Registry[type[TokenClip]] = names.TOKEN_CLIPS
 SAMPLE_FILTERS: Registry[type[SampleFilter]] = names.SAMPLE_FILTERS
+REFILLS: Registry[type[Refill]] = names.REFILLS
 KL_CONTROLLERS: Registry[type[KLController]] = names.KL_CONTROLLERS
 ENTROPY_CONTROLS: Registry[type[EntropyControl]] = names.ENTROPY_CONTROLS
 REFERENCE_UPDATES: Registry[type[ReferenceUpdate]] = names.REFERENCE_UPDATES

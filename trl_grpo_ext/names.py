@@ -87,6 +87,7 @@ ADVANTAGE_ESTIMATORS = _registry("advantage_estimator", "ADVANTAGE_ESTIMATORS")
 ADVANTAGE_WEIGHTINGS = _registry("advantage_weighting", "ADVANTAGE_WEIGHTINGS")
 TOKEN_CLIPS = _registry("token_clip", "TOKEN_CLIPS")
 SAMPLE_FILTERS = _registry("sample_filter", "SAMPLE_FILTERS")
+REFILLS = _registry("refill", "REFILLS")
 KL_CONTROLLERS = _registry("kl_control", "KL_CONTROLLERS")
 ENTROPY_CONTROLS = _registry("entropy_control", "ENTROPY_CONTROLS")
 REFERENCE_UPDATES = _registry("ref_update", "REFERENCE_UPDATES")
@@ -95,6 +96,7 @@ OBSERVERS = _registry("observer", "OBSERVERS")
 #: config switch -> its family's registry, in the order the trainer runs the members.
 FAMILIES: dict[str, Registry[Any]] = {
     "advantage_estimator": ADVANTAGE_ESTIMATORS,
+    "refill": REFILLS,
     "advantage_weighting": ADVANTAGE_WEIGHTINGS,
     "sample_filter": SAMPLE_FILTERS,
     "token_clip": TOKEN_CLIPS,

@@ -35,15 +35,18 @@ import torch
 
 from .adapter import host as services
 from .adapter.compat import (
+    PER_SEQUENCE_LOSS_TYPES,
     combined_rewards,
     default_output_dir,
     log_advantages,
     log_value,
+    per_token_kl,
     trl_policy_weight,
     zero_logged_advantages,
 )
 from .adapter.hooks import TRLHooks
 from .adapter.rollouts import RolloutService, apply_splice, place_splices
+from .api import RefillUpdate
 from .callbacks import CollapseMonitor, ExtClock, ExtTimingCallback, MetricGroupsCallback
 from .checkpoints import STATE_FILE, checkpoint_damage, last_complete_checkpoint
 from .config import PLUGIN_FIELDS, GRPOExtConfig
@@ -473,20 +476,53 @@ class GRPOExtTrainer(TRLHooks):
         splices = []
         rows = rewards.numel()  # every process's rows
         replaced = False  # a member after the estimator put advantages of its own in place of the group's
+        refilled: list[int] = []  # this process's rows a refill put new samples in
         for family, extension in self.extensions.having("on_generation"):
             update = self.ext_receiver.generation_update(
                 extension, extension.on_generation(batch), rows=rows, family=family, mode=mode,
                 width=lambda batch=batch: batch.global_completions()[1].size(1),
+                functions=batch.rewards_per_func.size(1),
             )  # fmt: skip
-            if update is not None:
-                batch = self._apply_generation_update(output, batch, update)
-                replaced |= family != "advantage_estimator" and update.advantages is not None
-                if update.splice is not None:
-                    splices.append(update.splice)
+            if update is None:
+                continue
+            if isinstance(update, RefillUpdate) and update.splice is not None:  # at once: the next members read it
+                batch = self._apply_refill(output, batch, update)
+                refilled += [*update.splice.rows, *(target for _, target in update.splice.copies)]
+            elif update.splice is not None:
+                splices.append(update.splice)
+            batch = self._apply_generation_update(output, batch, update)
+            replaced |= family not in ("advantage_estimator", "refill") and update.advantages is not None
         self._screen(output, batch, regroup=not replaced)
-        # after every member (the others saw TRL's own samples), each on rows no earlier splice took
-        for splice in place_splices(splices, output["completion_ids"].size(0)):
+        # after every member (the others saw the batch's own samples), each on rows no refill or earlier splice took
+        for splice in place_splices(splices, output["completion_ids"].size(0), taken=refilled):
             self._apply_splice(output, splice)
+
+    def _apply_refill(self, out: dict[str, Any], batch: GenerationBatch, update: RefillUpdate) -> GenerationBatch:
+        """Write a refill's new samples into TRL's batch ``out`` (tokens, advantages, log-probs: :meth:`_apply_splice`)
+        and return the batch the next members read: the same rows with the new samples' rewards (per function and
+        weighted, gathered from every process), dataset rows, prompts, completions and ids in place, copies copied."""
+        splice = update.splice
+        self._apply_splice(out, splice)
+        local = batch.process_slice
+        per_func = batch.rewards_per_func[local].clone()  # (B, F) this process's rows
+        lists = [list(batch.inputs), list(batch.prompts), list(batch.completions), list(batch.completion_ids_list)]
+        for source, target in splice.copies:  # written first, as apply_splice writes them
+            per_func[target] = per_func[source]
+            for values in lists:
+                values[target] = values[source]
+        new = zip(update.inputs, splice.rollout.completions, splice.rollout.completion_ids, strict=True)
+        for k, (row, (inputs, completion, ids)) in enumerate(zip(splice.rows, new, strict=True)):
+            per_func[row] = update.rewards_per_func[k].to(per_func)
+            for values, value in zip(lists, (inputs, inputs["prompt"], completion, list(ids)), strict=True):
+                values[row] = value
+        rewards_per_func = self.accelerator.gather(per_func)  # (N, F)
+        inputs, prompts, completions, completion_ids_list = lists
+        return GenerationBatch(
+            output=out, rewards_per_func=rewards_per_func, group_size=batch.group_size, process_slice=local,
+            rewards=combined_rewards(rewards_per_func, self.reward_weights), mode=batch.mode, keep=batch.keep,
+            inputs=inputs, prompts=prompts, completions=completions, completion_ids_list=completion_ids_list,
+            rank_scores=batch.rank_scores, gather_padded=batch.gather_padded,
+        )  # fmt: skip
 
     def _screen(self, output: dict[str, Any], batch: GenerationBatch, *, regroup: bool) -> None:
         """``collapse_action="screen"`` after its alarm: the rows of this training batch an audit flags (the collapse
@@ -541,8 +577,9 @@ class GRPOExtTrainer(TRLHooks):
             per_row = update.advantages if update.advantages.dim() == 1 else update.advantages[:, 0]
             log_advantages(self, per_row)
         if update.keep is not None:
-            batch = replace(batch, keep=update.keep)
-            local_keep = update.keep[batch.process_slice]  # (B,)
+            # the rows every member so far kept (a refill's and a sample filter's flags both hold)
+            batch = replace(batch, keep=update.keep if batch.keep is None else update.keep & batch.keep)
+            local_keep = batch.keep[batch.process_slice]  # (B,)
             base = out.get("tool_mask")
             base = torch.ones_like(completion_mask) if base is None else base
             out["tool_mask"] = base * local_keep.unsqueeze(1).to(base.dtype)
@@ -564,23 +601,38 @@ class GRPOExtTrainer(TRLHooks):
 
     # ------------------------------------------------------------------ loss side
     def ext_loss_context(self, inputs: dict[str, Any]) -> tuple[dict[str, Any], MicroBatch]:
-        """A micro-batch's loss begins: the inputs TRL's loss is to see (a copy, with the sample filter's row scale
-        applied to its advantages) and what the loss context will be built from once TRL's policy forward ran."""
+        """A micro-batch's loss begins: the inputs TRL's loss is to see (a copy, with the row scale applied to its
+        advantages) and what the loss context will be built from once TRL's policy forward ran.
+
+        The row scale (``pf_rescale``, per-sequence loss types): rows / kept rows of the micro-batch, where a sample
+        filter or a refill masked rows (``KEEP_KEY``), so that the loss is the mean over the kept rows, not diluted by
+        the masked ones. The policy term is linear in the advantages; :meth:`ext_finish_loss` adds the KL term's
+        missing ``(scale - 1) * beta * KL``."""
         with self.ext_clock.measure():
             mode = "train" if self.model.training else "eval"
             completion_mask = inputs["completion_mask"]
             mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-            row_scale, sample_filter = 1.0, self.extensions.sample_filter
-            if sample_filter is not None:
-                scale = sample_filter.loss_scale(inputs, mode)
-                row_scale = self.ext_receiver.loss_scale(sample_filter, scale, mode=mode)
+            keep, row_scale = inputs.get(KEEP_KEY), 1.0
+            if keep is not None and self.args.pf_rescale and self.loss_type in PER_SEQUENCE_LOSS_TYPES:
+                kept = int(keep.sum())
+                row_scale = keep.numel() / kept if 0 < kept < keep.numel() else 1.0
             # a copy per micro-batch: members change its advantages, never the buffered batch TRL reuses
             inputs = {**inputs, "advantages": inputs["advantages"] * row_scale} if row_scale != 1.0 else dict(inputs)
         return inputs, MicroBatch(inputs=inputs, mask=mask, mode=mode, row_scale=row_scale)
 
     def ext_finish_loss(self, loss: torch.Tensor, ctx: LossContext) -> torch.Tensor:
-        """TRL's loss of the micro-batch, plus the members' loss terms; their ``after_loss``."""
+        """TRL's loss of the micro-batch, plus the KL term's share of the row scale and the members' loss terms; their
+        ``after_loss``."""
         with self.ext_clock.measure():
+            if ctx.row_scale != 1.0 and self.beta != 0.0:  # TRL's KL term is not scaled by the advantages
+                kl = per_token_kl(
+                    ctx.logps, ctx.inputs["ref_per_token_logps"], old_logps=ctx.old_logps,
+                    bias_correction=self.args.use_bias_correction_kl,
+                )  # fmt: skip
+                aggregated = self.ext_host.aggregate(
+                    kl, ctx.mask, mode=ctx.mode, num_items_in_batch=ctx.inputs.get("num_items_in_batch")
+                )
+                loss = loss + self.beta * (ctx.row_scale - 1.0) * aggregated
             for _, extension in self.extensions.having("extra_loss"):
                 term = self.ext_receiver.loss_term(extension, extension.extra_loss(ctx), mode=ctx.mode)
                 if term is not None:

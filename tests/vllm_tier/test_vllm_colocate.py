@@ -198,7 +198,7 @@ def test_dynamic_sampling_refills_through_vllm_with_the_drawn_prompts(make_vllm_
     # Two odd prompts to refill, and mostly even ones to draw from.
     train_dataset = Dataset.from_list([{"prompt": f"{a}+{b}="} for a in (1, 3, 0, 2, 4, 6, 8) for b in range(1, 9)])
     trainer = make_vllm_trainer(
-        sample_filter="dynamic_sampling",
+        refill="dynamic_sampling",
         dynamic_sampling_max_rounds=3,
         reward_funcs=[even_operand_reward],
         trainer_kwargs={"train_dataset": train_dataset},
@@ -274,8 +274,9 @@ ALL_ON = dict(
     advantage_weighting="w_reinforce",
     w_reinforce_lambda=0.1,
     w_reinforce_baseline="group",
-    sample_filter="dynamic_sampling",
+    refill="dynamic_sampling",
     dynamic_sampling_max_rounds=2,
+    sample_filter="best_worst",
     token_clip="kl_cov",
     kl_cov_ratio=0.05,
     num_iterations=2,
@@ -326,7 +327,7 @@ REPLAYED = {
     name: MEMBERS[name]
     for name in (
         "entropy_control=aepo",
-        "sample_filter=dynamic_sampling",
+        "refill=dynamic_sampling",
         "sample_filter=best_random",
         "advantage_estimator=pass_at_k",
         "token_clip=clip_cov",

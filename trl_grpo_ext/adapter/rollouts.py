@@ -27,7 +27,7 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -142,9 +142,9 @@ class RolloutService:
         dataset = self._trainer.train_dataset
         if dataset is None:
             raise ValueError(
-                "there is no train_dataset to draw new prompts from (sample_filter='dynamic_sampling' refills groups "
-                "with the dataset's prompts; an environment_factory that owns the data has none). Fix: pass a "
-                "train_dataset, or use sample_filter='nonzero_std'."
+                "there is no train_dataset to draw new prompts from (refill='dynamic_sampling' refills groups with "
+                "the dataset's prompts; an environment_factory that owns the data has none). Fix: pass a "
+                "train_dataset, or use refill='none' with sample_filter='nonzero_std'."
             )
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             return self._stream_rows(dataset, count)
@@ -175,13 +175,20 @@ class RolloutService:
         return rows
 
     def score(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> torch.Tensor:
-        """(N,) weighted reward sum of all processes' rows (NaN where unscorable), by the trainer's reward functions
-        (TRL's own ``GRPOTrainer._calculate_rewards``, not the plugin's override: no re-entry into the hooks; then the
-        same checks and errors as TRL's own batch, ``ext_on_rewards``; a collective)."""
+        """(N,) weighted reward sum of all processes' rows (NaN where unscorable): :meth:`score_rows`' first part."""
+        return self.score_rows(inputs, prompts, completions, completion_ids)[0]
+
+    def score_rows(
+        self, inputs: list[dict], prompts: list, completions: list, completion_ids: list
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) weighted reward sum and (N, F) reward per function of all processes' rows (NaN where unscorable), by
+        the trainer's reward functions (TRL's own ``GRPOTrainer._calculate_rewards``, not the plugin's override: no
+        re-entry into the hooks; then the same checks and errors as TRL's own batch, ``ext_on_rewards``; a
+        collective)."""
         trainer = self._trainer
         rewards_per_func = GRPOTrainer._calculate_rewards(trainer, inputs, prompts, completions, completion_ids)
         trainer.ext_on_rewards(rewards_per_func)
-        return combined_rewards(rewards_per_func, trainer.reward_weights)
+        return combined_rewards(rewards_per_func, trainer.reward_weights), rewards_per_func
 
     def group_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         """(n,) advantages of whole groups scored outside TRL's batch, from their (n,) rewards: the advantage
@@ -334,13 +341,13 @@ def rollout_tensors(rollout: Rollout, rollouts: RolloutService) -> dict[str, tor
     return {key: value.to(rollouts.device) for key, value in out.items()}
 
 
-def place_splices(splices: list[Splice], batch_rows: int) -> list[Splice]:
+def place_splices(splices: list[Splice], batch_rows: int, *, taken: Iterable[int] = ()) -> list[Splice]:
     """The splices of one generation batch, in the order the members returned them, each with its target rows fixed:
-    a splice with explicit ``rows`` (dynamic sampling's refills) keeps them; one without (AEPO's "first rows") takes
-    the first rows no earlier splice writes or copies onto, so it never overwrites a group another member just put in
-    place. Samples beyond the free rows are dropped, with a warning (every splice is still returned: applying one is a
-    collective)."""
-    taken: set[int] = set()
+    a splice with explicit ``rows`` keeps them; one without (AEPO's "first rows") takes the first rows that neither
+    ``taken`` (the rows a refill already put new samples in) nor an earlier splice writes or copies onto, so it never
+    overwrites a group another member just put in place. Samples beyond the free rows are dropped, with a warning
+    (every splice is still returned: applying one is a collective)."""
+    taken = set(taken)
     placed = []
     for splice in splices:
         if splice.rows is None:

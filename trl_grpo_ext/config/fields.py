@@ -209,6 +209,7 @@ class GRPOExtFields(
 #: with the new one (their other fields kept their names).
 MOVED: dict[tuple[str, str], tuple[str, str]] = {
     ("entropy_control", "entropy_advantage"): ("advantage_weighting", "entropy_advantage"),
+    ("sample_filter", "dynamic_sampling"): ("refill", "dynamic_sampling"),
 }
 
 #: Every field the plugin adds to GRPOConfig (its sections'), in declaration order.

@@ -1,4 +1,5 @@
-"""The config section of one family: Sample filtering (PF-PPO, arXiv 2409.06957)."""
+"""The config section of two families: sample filtering (PF-PPO, arXiv 2409.06957) and refilling (DAPO's dynamic
+sampling, arXiv 2503.14476)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,26 @@ from .section import ConfigSection, _fail, bounds
 @dataclass
 class SampleFilterConfig(ConfigSection):
     r"""
-    > Sample filtering (PF-PPO, arXiv 2409.06957)
+    > Sample filtering (PF-PPO, arXiv 2409.06957) and refilling (DAPO, arXiv 2503.14476)
 
         sample_filter (`str`, *optional*, defaults to `"none"`):
             Which completions of each prompt group train: `"best_of_n"`, `"best_random"`, `"best_worst"`,
-            `"nonzero_std"` (drop groups whose rewards are all equal), `"dynamic_sampling"` (DAPO, arXiv 2503.14476:
-            replace the groups whose rewards are all equal by new groups with signal, generated from `train_dataset`),
-            or `"none"`. Filtered rows are masked out of the loss; advantages are still computed over the full group.
+            `"nonzero_std"` (drop groups whose rewards are all equal), or `"none"`. Filtered rows are masked out of the
+            loss; advantages are still computed over the full group. With a `refill`, it chooses among the refilled
+            groups' samples.
+        refill (`str`, *optional*, defaults to `"none"`):
+            `"dynamic_sampling"` (DAPO): replace the groups whose rewards are all equal by new groups with signal,
+            generated from `train_dataset`, before the advantage weighting, the sample filter and the monitor read the
+            batch; or `"none"`.
         pf_rescale (`bool`, *optional*, defaults to `True`):
             For loss types that average per sequence (`grpo`, `sapo`, `luspo`, `dr_grpo`), rescale each micro-batch so
-            the loss equals the loss over its kept rows alone, instead of being diluted by the masked ones.
+            the loss equals the loss over its kept rows alone (kept by the sample filter and the refill), instead of
+            being diluted by the masked ones.
         pf_filter_eval (`bool`, *optional*, defaults to `False`):
             Also filter evaluation batches. Off by default, so `eval_loss` is computed on every completion and stays
             comparable with a `GRPOTrainer` run.
         dynamic_sampling_max_rounds (`int`, *optional*, defaults to `3`):
-            With `sample_filter="dynamic_sampling"`: at most this many extra generation rounds per generation batch,
+            With `refill="dynamic_sampling"`: at most this many extra generation rounds per generation batch,
             each generating as many new prompt groups as the process with most groups without signal still needs
             (0: no refill, the groups are only masked, as `"nonzero_std"`).
         dynamic_sampling_fill (`str`, *optional*, defaults to `"filter"`):
@@ -33,7 +39,7 @@ class SampleFilterConfig(ConfigSection):
             the loss; `"replace"` (Polaris) fills them with copies of this process's groups with signal.
     """
 
-    switches = ("sample_filter",)
+    switches = ("sample_filter", "refill")
 
     #: Finite but absurd values refused: field -> (lowest, highest, why, example) (config.section.bounds).
     field_bounds = {
@@ -46,19 +52,25 @@ class SampleFilterConfig(ConfigSection):
         ),
     }
 
-    sample_filter: Literal["none", "best_of_n", "best_random", "best_worst", "nonzero_std", "dynamic_sampling"] = field(
+    sample_filter: Literal["none", "best_of_n", "best_random", "best_worst", "nonzero_std"] = field(
         default="none",
         metadata={
-            "help": "PF-PPO filtering per prompt group: 'best_of_n', 'best_random', 'best_worst', 'nonzero_std', "
-            "'dynamic_sampling' (DAPO: refill the groups without signal with new ones), or 'none'. Filtered "
-            "completions are masked out of the loss."
+            "help": "PF-PPO filtering per prompt group: 'best_of_n', 'best_random', 'best_worst', 'nonzero_std', or "
+            "'none'. Filtered completions are masked out of the loss."
+        },
+    )
+    refill: Literal["none", "dynamic_sampling"] = field(
+        default="none",
+        metadata={
+            "help": "'dynamic_sampling' (DAPO): replace the prompt groups without signal by new groups with signal "
+            "before the sample filter chooses; or 'none'."
         },
     )
     pf_rescale: bool = field(
         default=True,
         metadata={
             "help": "For per-sequence loss types (grpo, sapo, luspo, dr_grpo), rescale each micro-batch's loss to "
-            "the mean over its kept rows instead of diluting it with the masked ones."
+            "the mean over its kept rows (sample filter and refill) instead of diluting it with the masked ones."
         },
     )
     pf_filter_eval: bool = field(
@@ -68,7 +80,7 @@ class SampleFilterConfig(ConfigSection):
     dynamic_sampling_max_rounds: int = field(
         default=3,
         metadata={
-            "help": "sample_filter='dynamic_sampling': the most extra generation rounds per generation batch (0: "
+            "help": "refill='dynamic_sampling': the most extra generation rounds per generation batch (0: "
             "mask the groups without signal, no refill).",
         },
     )

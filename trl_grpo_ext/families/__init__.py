@@ -2,8 +2,8 @@
 
 A family member is an :class:`Extension` subclass registered under the name its config switch takes. The trainer
 builds one member per family from the config into its typed slot (:class:`~.slots.Slots`) and calls each through its
-family's hooks only, in a fixed order (advantage estimator, advantage weighting, sample filter, token clip, KL
-control, reference update, entropy control, then the observers), so any combination runs in one training step. To
+family's hooks only, in a fixed order (advantage estimator, refill, advantage weighting, sample filter, token clip,
+KL control, reference update, entropy control, then the observers), so any combination runs in one training step. To
 add a variant, subclass the family's base (:mod:`.interfaces`: the family's Protocol, its typed outputs, its base
 class; the registry is typed by the Protocol), register it, and select it by name; the trainer needs no change::
 
@@ -38,6 +38,7 @@ from .interfaces import (
     ADVANTAGE_WEIGHTINGS,
     ENTROPY_CONTROLS,
     KL_CONTROLLERS,
+    REFILLS,
     SAMPLE_FILTERS,
     TOKEN_CLIPS,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "FAMILIES",
     "KL_CONTROLLERS",
     "OBSERVERS",
+    "REFILLS",
     "SAMPLE_FILTERS",
     "TOKEN_CLIPS",
     "Extension",

@@ -64,13 +64,13 @@ class WReinforce(AdvantageWeightingBase):
                     "standard deviation they are divided by does nothing",
                     "keep advantage_std='sample', or set w_reinforce_baseline='group'",
                 )
-            if any(getattr(m, "refills_groups", False) for m in members.values()):
+            if not members["refill"].is_off:
                 raise config_error(
                     "w_reinforce_baseline",
                     args.w_reinforce_baseline,
                     "without a baseline W-REINFORCE gives every group a gradient (+lambda / -1 per sample), so no "
-                    "group lacks signal and sample_filter='dynamic_sampling' has nothing to refill",
-                    "set w_reinforce_baseline='group', or sample_filter='none'",
+                    f"group lacks signal and refill={args.refill!r} has nothing to refill",
+                    "set w_reinforce_baseline='group', or refill='none'",
                 )
         elif estimator.never_negative_advantages(args):
             raise config_error(

@@ -197,7 +197,7 @@ class Extension:
 
     Hooks, in the order the trainer calls them:
         ``on_generation(batch)``: after TRL scored a generation batch; returns a :class:`GenerationUpdate` (new
-            advantages, rows to keep) or None, which the trainer applies before the next member runs.
+            advantages, new groups, rows to keep) or None, which the trainer applies before the next member runs.
         ``group_advantages(rewards, group_size)``: advantage estimators only: the (n,) advantages of whole groups
             scored outside TRL's batch (dynamic sampling's new groups), or None where rewards are not enough (PRM).
         ``shape_advantages(advantages, ctx)``: inside the loss, once the policy's log-probs and entropies
@@ -208,8 +208,6 @@ class Extension:
             the member's ``modify_logps`` and ``extra_loss`` (one member per run may select).
         ``modify_logps(logps, ctx)``: inside the loss, on the log-probs TRL's loss is about to use.
         ``extra_loss(ctx)``: a term added to TRL's loss (aggregate it with :meth:`aggregate`).
-        ``loss_scale(inputs, mode)``: a factor for this micro-batch's per-sequence loss (the trainer scales the
-            advantages by the product of the factors; ``ctx.row_scale`` holds it for :meth:`aggregate`).
         ``after_loss(ctx)``: after the loss of a micro-batch (accumulate statistics, act at optimizer-step ends).
         ``state_dict()`` / ``load_state_dict(state)``: saved in and restored from checkpoints.
     """
@@ -228,8 +226,6 @@ class Extension:
     #: Advantage estimators: whether :meth:`group_advantages` gives whole groups' advantages from their rewards alone
     #: (what dynamic sampling's new groups need; PRM's need step rewards).
     gives_group_advantages: ClassVar[bool] = False
-    #: Sample filters: whether the member puts new groups in place of the groups without signal (dynamic sampling).
-    refills_groups: ClassVar[bool] = False
 
     @dataclasses.dataclass(frozen=True)
     class Args:
@@ -272,7 +268,7 @@ class Extension:
     def check_combination(cls, args, members: dict[str, type]) -> None:
         """Refuse a configuration this member cannot run with: ``args`` is the whole config, ``members`` the selected
         member class of every family (switch -> class). Raise ``trl_grpo_ext.names.config_error(field, value,
-        problem, fix)``. Rules about another family read its member's class and traits (:attr:`refills_groups`,
+        problem, fix)``. Rules about another family read its member's class and traits (``is_off``,
         :attr:`gives_group_advantages`, the services it names, the fields of its ``Args``), never its switch's value,
         so they hold for registered variants too. Called by ``GRPOExtConfig.validate`` (construction, the trainer,
         ``train``).
@@ -299,9 +295,6 @@ class Extension:
     def modify_logps(self, logps: torch.Tensor, ctx: LossContext) -> Out[torch.Tensor]:
         return logps
 
-    def loss_scale(self, inputs: dict[str, Any], mode: str) -> Out[float]:
-        return 1.0
-
     def extra_loss(self, ctx: LossContext) -> Out[torch.Tensor | None]:
         return None
 
@@ -327,7 +320,7 @@ class Extension:
     def aggregate(self, per_token: torch.Tensor, ctx: LossContext, *, scale_rows: bool = True) -> torch.Tensor:
         """Aggregate a (B, T) term exactly like the configured ``loss_type`` (see :mod:`trl_grpo_ext.adapter.compat`).
 
-        ``scale_rows``: apply the sample filter's per-sequence rescale (``ctx.row_scale``), as for any term that
+        ``scale_rows``: apply the per-sequence rescale to the kept rows (``ctx.row_scale``), as for any term that
         should average over the kept rows only; pass False for a term that mirrors TRL's own (unscaled) loss.
         """
         host = self.host

@@ -7,7 +7,7 @@ The class side (a member class checked when it is registered, and a selection wh
   returns with its value (``(value, metrics)``: keys the member declares, real numbers), which the receiver logs;
   the update type its family may return (a sample filter's advantages are refused), shapes, dtypes, lengths,
   finiteness and ranges of advantages (and that none carries a gradient graph), keep flags, token selections,
-  log-probs, loss terms, loss scales, beta and a member's checkpointed state (JSON, finite). A violation is a
+  log-probs, loss terms, beta and a member's checkpointed state (JSON, finite). A violation is a
   :class:`MemberContractError` naming the member, the hook and the step, and what to return instead; a NaN advantage
   never reaches the weights (it used to leave every weight NaN after one step, the error coming a step later from
   sampling, naming nothing).
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..api import FAMILY_INTERFACES, HOOKS, GenerationUpdate, Splice  # noqa: F401  (HOOKS re-exported)
+from ..api import FAMILY_INTERFACES, HOOKS, GenerationUpdate, RefillUpdate, Splice  # noqa: F401  (HOOKS re-exported)
 from ..names import MemberContractError
 
 
@@ -102,11 +102,14 @@ class Receiver:
             raise self.fail(member, hook, f"returned {_describe(value)}", "return None, or (None, metrics)")
 
     # ------------------------------------------------------------------ generation side
-    def generation_update(self, member, update, *, rows: int, family: str, mode: str, width=None):
+    def generation_update(
+        self, member, update, *, rows: int, family: str, mode: str, width=None, functions: int | None = None
+    ):
         """``on_generation``'s return (its metrics logged under ``mode``): None, or an update of the type the member's
         ``family`` returns (:data:`~trl_grpo_ext.families.interfaces.FAMILY_INTERFACES`; a plain ``GenerationUpdate``
         setting only the family's fields passes too) whose (N,) / (N, T') advantages are finite floats and (N,) keep
-        flags are booleans, N = ``rows`` (every process's rows)."""
+        flags are booleans, N = ``rows`` (every process's rows); a refill's splice comes in a ``RefillUpdate`` with
+        ``functions`` rewards per sample."""
         update = self.value(member, "on_generation", update, mode=mode)
         if update is None:
             return None
@@ -158,9 +161,39 @@ class Receiver:
                 member,
                 "on_generation",
                 f"splice is {_describe(update.splice)}",
-                "return a trl_grpo_ext.adapter.rollouts.Splice",
+                "return a trl_grpo_ext.api.Splice",
             )
+        if family == "refill" and update.splice is not None:
+            self._refill(member, update, functions)
         return update
+
+    def _refill(self, member, update, functions: int | None) -> None:
+        """A refill's splice comes with what the members after it read of the new samples: their rows, dataset rows
+        and rewards per function."""
+        splice = update.splice
+        n = len(splice.rollout.completion_ids)
+        per_func = getattr(update, "rewards_per_func", None)
+        problem = None
+        if not isinstance(update, RefillUpdate):
+            problem = f"returned a splice in a {type(update).__name__}"
+        elif splice.rows is None:
+            problem = "returned a splice without rows (a refill names the rows its samples replace)"
+        elif len(update.inputs) != n:
+            problem = f"returned {len(update.inputs)} dataset rows (inputs) for a splice of {n} samples"
+        elif (
+            not isinstance(per_func, torch.Tensor)
+            or not per_func.is_floating_point()
+            or tuple(per_func.shape) != (n, functions if functions is not None else per_func.size(-1))
+        ):
+            problem = f"returned rewards_per_func {_describe(per_func)} for {n} samples and {functions} functions"
+        if problem is not None:
+            raise self.fail(
+                member,
+                "on_generation",
+                problem,
+                "return RefillUpdate(splice=Splice(rollout, rows=[...], advantages=...), inputs=<one dataset row per "
+                "sample>, rewards_per_func=<(samples, reward functions) floats>) (trl_grpo_ext.api)",
+            )
 
     def advantages(self, member, hook: str, advantages, *, rows: int, what: str = "advantages") -> torch.Tensor:
         """(rows,) or (rows, T) finite floating advantages."""
@@ -294,18 +327,6 @@ class Receiver:
                 member, "extra_loss", f"returned {float(term)}", "keep the term finite (check its inputs for inf / NaN)"
             )
         return term
-
-    def loss_scale(self, member, scale, *, mode: str) -> float:
-        """``loss_scale``' return: a finite real >= 0."""
-        scale = self.value(member, "loss_scale", scale, mode=mode)
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale < 0:
-            raise self.fail(
-                member,
-                "loss_scale",
-                f"returned {_describe(scale)}",
-                "return a finite float >= 0 (1.0 leaves the micro-batch's loss as it is)",
-            )
-        return float(scale)
 
     def beta(self, member, value) -> float:
         """What a member sets beta to (``beta_control.set_beta``): a finite real >= 0 (TRL multiplies its KL term by

@@ -1,4 +1,4 @@
-"""``sample_filter: dynamic_sampling``: refill the groups without signal with new ones (DAPO / Polaris)."""
+"""``refill: dynamic_sampling``: refill the groups without signal with new ones (DAPO / Polaris)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,24 @@ import torch
 from ..api import Out, Rollout, Splice
 from ..core.sample_filter import nonzero_std
 from ..names import config_error
-from .base import GenerationBatch, Host, RolloutService
-from .interfaces import SAMPLE_FILTERS, FilterUpdate
-from .sample_filter import PolicyFilter
+from .base import GenerationBatch, Host, Off, RolloutService
+from .interfaces import REFILLS, RefillBase, RefillUpdate
 
 logger = logging.getLogger(__name__)
 
 
-@SAMPLE_FILTERS.register("dynamic_sampling")
-class DynamicSampling(PolicyFilter):
+REFILLS.register("none")(Off)
+
+
+@REFILLS.register("dynamic_sampling")
+class DynamicSampling(RefillBase):
     """Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476, sec. 3.2) with refill.
 
     A prompt group whose scorable rewards are all equal has advantage 0 on every sample: no policy gradient. After
     TRL scored a training generation batch, each process counts its groups without signal, draws that many new
     prompts from ``train_dataset`` (uniformly, a generator seeded per process and step; from a streaming dataset, the
-    stream's next rows of this process's share), generates and scores a group
-    for each through TRL's own ``_generate`` and reward functions (the rollout mechanism AEPO's regeneration uses,
+    stream's next rows of this process's share), generates and scores a group for each through TRL's own
+    ``_generate`` and reward functions (the rollout mechanism AEPO's regeneration uses,
     :mod:`trl_grpo_ext.adapter.rollouts`), and puts the new groups that have signal in place of those without, with the
     advantages the configured estimator gives them (``RolloutService.group_advantages``: GRPO's group-normalised ones
     with ``scale_rewards`` and ``advantage_std`` as configured, over the new groups; PKPO's weights). It repeats until
@@ -42,14 +44,18 @@ class DynamicSampling(PolicyFilter):
     ``"replace"`` (Polaris) fills them with copies of this process's groups with signal (the batch's own or new ones),
     and masks them only where the process has none.
 
+    The trainer writes the new groups into TRL's batch at once (:class:`~trl_grpo_ext.api.RefillUpdate`): the
+    members after it (the advantage weighting, a sample filter choosing among the refilled groups' samples, the
+    collapse monitor's audits) read the batch as it trains. Training batches only: evaluation is left as generated.
+
     Logs ``dynamic/rounds`` (generation rounds this batch), ``dynamic/signal_frac_before`` and
     ``dynamic/signal_frac_after`` (fraction of groups with signal, all processes), ``dynamic/refilled_groups`` (new
     groups put in), ``dynamic/duplicated_groups`` (copies, ``"replace"``), ``dynamic/extra_gen_time`` (seconds of the
-    extra generation and scoring on this process), and the filter's ``filter/*`` metrics.
+    extra generation and scoring on this process) and ``dynamic/kept_frac`` (rows that train).
     """
 
     @dataclass(frozen=True)
-    class Args(PolicyFilter.Args):  # the config fields it reads
+    class Args(RefillBase.Args):  # the config fields it reads
         dynamic_sampling_max_rounds: int
         dynamic_sampling_fill: str
         temperature: float
@@ -63,12 +69,10 @@ class DynamicSampling(PolicyFilter):
         "dynamic/refilled_groups",
         "dynamic/duplicated_groups",
         "dynamic/extra_gen_time",
-        "filter/kept_frac",
+        "dynamic/kept_frac",
     )
     example_config = {"dynamic_sampling_max_rounds": 2}
     docs = "dynamic_sampling.md"
-    refills_groups = True
-    select = staticmethod(nonzero_std)  # the rule for the groups no round refilled (and for eval, with pf_filter_eval)
 
     @classmethod
     def check_combination(cls, args, members) -> None:
@@ -77,21 +81,20 @@ class DynamicSampling(PolicyFilter):
             raise config_error(
                 "advantage_estimator",
                 args.advantage_estimator,
-                f"sample_filter={args.sample_filter!r} gives the new groups advantages from their outcome rewards, and "
+                f"refill={args.refill!r} gives the new groups advantages from their outcome rewards, and "
                 f"{estimator.__name__} cannot (PRM advantages need step rewards)",
-                "use advantage_estimator='grpo' or 'pass_at_k', or sample_filter='nonzero_std' (masks the groups "
-                "without signal, no refill)",
+                "use advantage_estimator='grpo' or 'pass_at_k', or refill='none' with sample_filter='nonzero_std' "
+                "(masks the groups without signal, no refill)",
             )
         if args.multi_objective_aggregation != "sum_then_normalize":
             raise config_error(
                 "multi_objective_aggregation",
                 args.multi_objective_aggregation,
-                f"sample_filter={args.sample_filter!r} splices new groups with advantages of their own, but "
+                f"refill={args.refill!r} splices new groups with advantages of their own, but "
                 "normalize_then_sum divides every row's summed per-function z-scores by the standard deviation of "
                 "the whole batch: new rows change that deviation, so every other row's advantage would have to "
                 "change with them (TRL computes it once, before the members run)",
-                "set multi_objective_aggregation='sum_then_normalize', or use sample_filter='none' with "
-                "normalize_then_sum",
+                "set multi_objective_aggregation='sum_then_normalize', or use refill='none' with normalize_then_sum",
             )
 
     def __init__(self, args: Args, host: Host, *, rollouts: RolloutService):
@@ -101,16 +104,16 @@ class DynamicSampling(PolicyFilter):
             # refuses, naming the fix, a train_dataset that is missing or empty
             rollouts.draw_prompts(0, torch.Generator())
 
-    def on_generation(self, batch: GenerationBatch) -> Out[FilterUpdate | None]:
+    def on_generation(self, batch: GenerationBatch) -> Out[RefillUpdate | None]:
         if batch.mode != "train":
-            return super().on_generation(batch)  # evaluation: nonzero_std's rule, only with pf_filter_eval
+            return None  # evaluation batches are scored as generated
         args, host = self.args, self.host
         rollouts = self.rollouts
         group = batch.group_size
         local_rows = len(batch.prompts)
         if local_rows % group:
             raise ValueError(
-                f"sample_filter='dynamic_sampling' refills whole prompt groups, but this process holds {local_rows} "
+                f"refill='dynamic_sampling' refills whole prompt groups, but this process holds {local_rows} "
                 f"rows of groups of {group}. Fix: make per_device_train_batch_size x steps_per_generation a multiple "
                 "of num_generations."
             )
@@ -121,7 +124,8 @@ class DynamicSampling(PolicyFilter):
         # (P,) whether each group of every process has signal: its scorable rewards differ (nonzero_std's rule)
         signal = nonzero_std(batch.rewards.view(-1, group), None)[:, 0]  # (no generator: it draws nothing)
         empty = (~signal[rank * local_groups : (rank + 1) * local_groups]).nonzero().flatten().tolist()  # own groups
-        found: list[tuple[Rollout, torch.Tensor]] = []  # new groups with signal: (rollout of G rows, (G,) rewards)
+        # new groups with signal: (rollout of G rows, (G,) rewards, (G, F) rewards per function, G dataset rows)
+        found: list[tuple[Rollout, torch.Tensor, torch.Tensor, list[dict]]] = []
         generator = host.generator("dynamic_sampling", per_rank=True, device="cpu")
         rounds = 0
         for _ in range(args.dynamic_sampling_max_rounds):
@@ -133,13 +137,15 @@ class DynamicSampling(PolicyFilter):
             rows = [row for row in rollouts.draw_prompts(count, generator) for _ in range(group)]
             prompts = [row["prompt"] for row in rows]
             rollout = rollouts.regenerate(prompts, temperature=args.temperature)
-            # (processes x count x G,)
-            rewards = rollouts.score(rows, prompts, rollout.completions, rollout.completion_ids)
+            # (processes x count x G,) and (processes x count x G, F)
+            rewards, per_func = rollouts.score_rows(rows, prompts, rollout.completions, rollout.completion_ids)
             width = count * group
             own = rewards[rank * width : (rank + 1) * width].view(count, group)  # (count, G)
+            own_per_func = per_func[rank * width : (rank + 1) * width]  # (count x G, F)
             for j, has_signal in enumerate(nonzero_std(own, None)[:, 0].tolist()):
                 if has_signal and len(found) < len(empty):
-                    found.append((rollout.select(list(range(j * group, (j + 1) * group))), own[j]))
+                    take = list(range(j * group, (j + 1) * group))
+                    found.append((rollout.select(take), own[j], own_per_func[take], [rows[i] for i in take]))
         refill = empty[: len(found)]  # the groups the new ones replace
         remaining = empty[len(found) :]  # still without signal
         copies: list[tuple[int, int]] = []
@@ -159,9 +165,9 @@ class DynamicSampling(PolicyFilter):
         if refilled or duplicated:  # the same decision on every process: each runs the splice's forwards
             advantages = torch.zeros(0, device=device)  # a process with nothing new splices no row
             if found:  # (len(found) x G,) the configured estimator's advantages of the new groups
-                advantages = rollouts.group_advantages(torch.cat([r for _, r in found]).float(), group)
+                advantages = rollouts.group_advantages(torch.cat([f[1] for f in found]).float(), group)
             splice = Splice(
-                Rollout.concat([r for r, _ in found]),
+                Rollout.concat([f[0] for f in found]),
                 rows=[g * group + k for g in refill for k in range(group)],
                 advantages=advantages,
                 copies=copies,
@@ -174,13 +180,20 @@ class DynamicSampling(PolicyFilter):
             "dynamic/refilled_groups": refilled,
             "dynamic/duplicated_groups": duplicated,
             "dynamic/extra_gen_time": time.perf_counter() - start,
-            "filter/kept_frac": float(all_keep.float().mean()),
+            "dynamic/kept_frac": float(all_keep.float().mean()),
         }
         if not all_keep.any():
             logger.warning(
-                "sample_filter='dynamic_sampling': no group of this generation batch has signal after %d round(s) "
+                "refill='dynamic_sampling': no group of this generation batch has signal after %d round(s) "
                 "(step %d): it trains with zero loss. Raise dynamic_sampling_max_rounds or num_generations.",
                 rounds,
                 host.global_step,
             )
-        return FilterUpdate(keep=all_keep, splice=splice), metrics
+        functions = batch.rewards_per_func.size(1)
+        update = RefillUpdate(
+            splice=splice,
+            keep=None if bool(all_keep.all()) else all_keep,
+            inputs=[row for f in found for row in f[3]],
+            rewards_per_func=torch.cat([f[2] for f in found]) if found else torch.zeros(0, functions, device=device),
+        )
+        return update, metrics

@@ -2,17 +2,18 @@
 
 Each family has
 
-* a ``Protocol`` (:class:`AdvantageEstimator`, :class:`AdvantageWeighting`, :class:`SampleFilter`, :class:`TokenClip`,
-  :class:`KLController`, :class:`EntropyControl`, :class:`Observer`): the hooks the trainer calls on it, with typed
-  inputs (:class:`~.base.GenerationBatch`, :class:`~.base.LossContext`, tensors) and the family's own output type;
-  the family's registry is typed by it (``Registry[type[TokenClip]]``), so mypy checks a class at its
-  ``@REGISTRY.register(...)`` line, and the registry checks it again when the line runs (:data:`FAMILY_INTERFACES`:
-  the hooks, which of them a member must implement, the parameters each takes);
+* a ``Protocol`` (:class:`AdvantageEstimator`, :class:`Refill`, :class:`AdvantageWeighting`, :class:`SampleFilter`,
+  :class:`TokenClip`, :class:`KLController`, :class:`EntropyControl`, :class:`Observer`): the hooks the trainer calls
+  on it, with typed inputs (:class:`~.base.GenerationBatch`, :class:`~.base.LossContext`, tensors) and the family's
+  own output type; the family's registry is typed by it (``Registry[type[TokenClip]]``), so mypy checks a class at
+  its ``@REGISTRY.register(...)`` line, and the registry checks it again when the line runs
+  (:data:`FAMILY_INTERFACES`: the hooks, which of them a member must implement, the parameters each takes);
 * an output type for ``on_generation``: :class:`AdvantageUpdate` (estimators, weightings: advantages only),
-  :class:`FilterUpdate` (sample filters: the rows that train, and groups put in place of others),
-  :class:`SpliceUpdate` (entropy control's rollout augmenters: rows put in place of others), ``None`` (KL
-  controllers, observers: they act through their services). The trainer refuses, naming the member, the
-  hook and the step, an update its family may not return (a filter's advantages, an estimator's keep flags);
+  :class:`RefillUpdate` (refills: new groups put in place of others, at once), :class:`FilterUpdate` (sample
+  filters: the rows that train), :class:`SpliceUpdate` (entropy control's rollout augmenters: rows put in place of
+  others), ``None`` (KL controllers, observers: they act through their services). The trainer refuses, naming the
+  member, the hook and the step, an update its family may not return (a filter's advantages, an estimator's keep
+  flags);
 * a base class (:class:`AdvantageEstimatorBase`, ...): :class:`~.base.Extension` with the family's ``on_generation``
   narrowed to its output type; derive a member from it.
 
@@ -30,6 +31,7 @@ from ..api import (  # noqa: F401  (the family vocabulary, re-exported: trl_grpo
     KL_CONTROLLERS,
     OBSERVERS,
     REFERENCE_UPDATES,
+    REFILLS,
     SAMPLE_FILTERS,
     TOKEN_CLIPS,
     AdvantageEstimator,
@@ -44,6 +46,8 @@ from ..api import (  # noqa: F401  (the family vocabulary, re-exported: trl_grpo
     Observer,
     Out,
     ReferenceUpdate,
+    Refill,
+    RefillUpdate,
     SampleFilter,
     SpliceUpdate,
     TokenClip,
@@ -63,6 +67,13 @@ class AdvantageWeightingBase(Extension):
     """Base of an advantage weighting (:class:`AdvantageWeighting`)."""
 
     def on_generation(self, batch: GenerationBatch) -> Out[AdvantageUpdate | None]:
+        return None
+
+
+class RefillBase(Extension):
+    """Base of a refill (:class:`Refill`)."""
+
+    def on_generation(self, batch: GenerationBatch) -> Out[RefillUpdate | None]:
         return None
 
 
@@ -124,6 +135,7 @@ __all__ = [
     "KL_CONTROLLERS",
     "OBSERVERS",
     "REFERENCE_UPDATES",
+    "REFILLS",
     "SAMPLE_FILTERS",
     "TOKEN_CLIPS",
     "AdvantageEstimator",
@@ -144,6 +156,9 @@ __all__ = [
     "ObserverBase",
     "ReferenceUpdate",
     "ReferenceUpdateBase",
+    "Refill",
+    "RefillBase",
+    "RefillUpdate",
     "SampleFilter",
     "SampleFilterBase",
     "SpliceUpdate",

@@ -77,6 +77,12 @@ def check_member_class(obj: Any, *, family: str, name: str, root: type, services
     if getattr(obj, "is_off", False):
         return
     interface = FAMILY_INTERFACES[family]
+    retired = [hook for hook in RETIRED_HOOKS if _implements(obj, hook)]
+    if retired:
+        raise MemberContractError(
+            f"{where}: {cls}.{retired[0]} is no hook since 0.2.0 (the trainer never calls it): "
+            f"{RETIRED_HOOKS[retired[0]]}. Fix: remove it, or make it private (_{retired[0]}) if it is a helper."
+        )
     misspelt = _misspelt_hooks(obj)
     if misspelt:
         written, meant = misspelt[0]
@@ -122,6 +128,11 @@ def check_member_class(obj: Any, *, family: str, name: str, root: type, services
 
 
 _STATE = ("state_dict", "load_state_dict")  # every member's: the checkpointed state
+#: Hooks that were and are no more (a member still defining one would silently never run): name -> what replaced it.
+RETIRED_HOOKS = {
+    "loss_scale": "the trainer rescales each micro-batch's per-sequence loss to its kept rows itself (pf_rescale), "
+    "whichever member (a sample filter, a refill) returned the keep flags",
+}
 
 
 def _check_constructor(obj: type, where: str, services: dict[str, Any]) -> None:

@@ -8,11 +8,10 @@ from typing import ClassVar
 
 import torch
 
-from ..adapter.compat import PER_SEQUENCE_LOSS_TYPES
 from ..api import Out
 from ..core.sample_filter import SAMPLE_FILTER_STRATEGIES, Strategy, pf_keep_mask
 from ..names import MemberContractError
-from .base import KEEP_KEY, GenerationBatch, Host, LossContext, Off
+from .base import GenerationBatch, Host, Off
 from .interfaces import SAMPLE_FILTERS, FilterUpdate, SampleFilterBase
 
 logger = logging.getLogger(__name__)
@@ -23,17 +22,15 @@ class PolicyFilter(SampleFilterBase):
     strategy's member is a subclass whose :attr:`select` is the strategy function (:func:`register_strategy` makes it:
     the built-in ones of :data:`~trl_grpo_ext.core.sample_filter.SAMPLE_FILTER_STRATEGIES`, and yours).
 
-    Rows are masked, not removed (TRL splits the generation batch into equal chunks and gathers per-row metrics):
-    the keep flag is multiplied into ``tool_mask`` (the loss mask slot TRL already honours), ``num_items_in_batch``
-    is recounted over kept tokens, and for per-sequence loss types the loss is rescaled by rows / kept rows of each
-    micro-batch (``pf_rescale``): the advantages of the micro-batch are scaled (the policy term is linear in them)
-    and the KL term gets the missing ``(scale - 1) * beta * KL``, so the result equals the loss over the kept rows.
+    Rows are masked, not removed (TRL splits the generation batch into equal chunks and gathers per-row metrics): the
+    trainer multiplies the keep flags into ``tool_mask`` (the loss mask slot TRL already honours), recounts
+    ``num_items_in_batch`` over kept tokens, and for per-sequence loss types rescales the loss by rows / kept rows of
+    each micro-batch (``pf_rescale``: :meth:`~trl_grpo_ext.trainer.GRPOExtTrainer.ext_loss_context`).
     """
 
     @dataclass(frozen=True)
     class Args(SampleFilterBase.Args):  # the config fields it reads
         sample_filter: str
-        pf_rescale: bool
         pf_filter_eval: bool
 
     args: Args
@@ -79,22 +76,6 @@ class PolicyFilter(SampleFilterBase):
                 host.global_step,
             )
         return FilterUpdate(keep=keep), keep_metrics(keep, batch.rewards, batch.group_size)
-
-    def loss_scale(self, inputs, mode: str) -> float:
-        """rows / kept rows of the micro-batch for per-sequence loss types (1.0 otherwise or when nothing is kept)."""
-        keep = inputs.get(KEEP_KEY)
-        if keep is None or not self.args.pf_rescale or self.host.loss_type not in PER_SEQUENCE_LOSS_TYPES:
-            return 1.0
-        kept = int(keep.sum())
-        return keep.numel() / kept if 0 < kept < keep.numel() else 1.0
-
-    def extra_loss(self, ctx: LossContext) -> torch.Tensor | None:
-        # TRL's KL term is not scaled by the advantages: add the missing (scale - 1) * beta * KL.
-        beta = self.host.beta
-        if ctx.row_scale == 1.0 or beta == 0.0:
-            return None
-        kl = self.trl_kl(ctx)
-        return beta * (ctx.row_scale - 1.0) * self.aggregate(kl, ctx, scale_rows=False)
 
 
 def keep_metrics(keep: torch.Tensor, rewards: torch.Tensor, group_size: int) -> dict[str, float]:

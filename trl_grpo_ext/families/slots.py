@@ -1,10 +1,10 @@
 """The run's members, one typed slot per family (None while the family is off) and the observers by name.
 
 The trainer calls each slot only through its own family's hooks (:data:`~trl_grpo_ext.api.FAMILY_INTERFACES`):
-the estimator's ``on_generation`` / ``group_advantages``, the weighting's ``shape_advantages``, the sample filter's
-``loss_scale``, the token clip's ``select_tokens``, and so on; registration refuses a member overriding a hook outside
-its family's interface, which no slot would call. :class:`Slots` is also a mapping (family switch or observer name ->
-member, in hook order) for reading the run's members and for swapping one in a test.
+the estimator's ``on_generation`` / ``group_advantages``, the refill's and the sample filter's ``on_generation``,
+the weighting's ``shape_advantages``, the token clip's ``select_tokens``, and so on; registration refuses a member
+overriding a hook outside its family's interface, which no slot would call. :class:`Slots` is also a mapping (family
+switch or observer name -> member, in hook order) for reading the run's members and for swapping one in a test.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..api import (
     KLController,
     Observer,
     ReferenceUpdate,
+    Refill,
     SampleFilter,
     TokenClip,
 )
@@ -30,6 +31,7 @@ class Slots(MutableMapping):
     """One member per family (the order of ``names.FAMILIES``: the order the hooks run in), then the observers."""
 
     advantage_estimator: AdvantageEstimator | None
+    refill: Refill | None
     advantage_weighting: AdvantageWeighting | None
     sample_filter: SampleFilter | None
     token_clip: TokenClip | None
@@ -76,9 +78,9 @@ class Slots(MutableMapping):
     # ------------------------------------------------------------------ hook order, per hook
     def having(self, hook: str) -> list[tuple[str, Any]]:
         """(family, member) of the members whose family's interface has ``hook`` (``api.FAMILY_INTERFACES``), in hook
-        order: ``on_generation`` is the estimator's, weighting's, sample filter's, KL control's, entropy control's
-        and the observers' (a token clip and a reference update have none); ``modify_logps`` the token clip's, then
-        the entropy control's; and so on."""
+        order: ``on_generation`` is the estimator's, refill's, weighting's, sample filter's, KL control's, entropy
+        control's and the observers' (a token clip and a reference update have none); ``modify_logps`` the token
+        clip's, then the entropy control's; and so on."""
         pairs = ((key if key in FAMILIES else "observer", member) for key, member in self.items())
         return [(family, member) for family, member in pairs if hook in FAMILY_INTERFACES[family].hooks]
 
