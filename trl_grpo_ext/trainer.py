@@ -534,8 +534,9 @@ class GRPOExtTrainer(TRLHooks):
         the recomputed advantages. The flagged rows' advantages are zeroed only where the estimator cannot recompute
         (PRM's step rewards), where TRL normalises each reward first (``normalize_then_sum``), and where a member
         replaced the group's advantages with its own (``regroup`` False: W-REINFORCE without a baseline, whose
-        advantages have no group to leave, so zeroing is exact there). Rows a splice replaces next are new samples,
-        not screened. Logs ``audit/screened`` (rows of all processes)."""
+        advantages have no group to leave, so zeroing is exact there). A refill's new samples are screened like the
+        others (the monitor read the refilled batch); rows AEPO's splice replaces next are new samples, not screened.
+        Logs ``audit/screened`` (rows of all processes)."""
         monitor = self.collapse_monitor
         if monitor is None or not monitor.screening or batch.mode != "train" or monitor.last_flags is None:
             return
