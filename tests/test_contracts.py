@@ -739,3 +739,20 @@ def test_a_subclass_of_a_builtin_keeps_its_rules(registered):
         GRPOExtConfig("out", advantage_estimator="prm", **base)
     with pytest.raises(ValueError, match=r"no group lacks signal"):
         GRPOExtConfig("out", advantage_weighting="w_reinforce", **base)
+
+
+def test_every_refill_is_refused_with_normalize_then_sum(registered):
+    """The rule is the refill family's (its base's), not dynamic sampling's: a refill of one's own splices rows with
+    advantages of their own too, which normalize_then_sum would have to change with every other row's."""
+    from trl_grpo_ext import GRPOExtConfig
+    from trl_grpo_ext.families import REFILLS
+    from trl_grpo_ext.families.interfaces import RefillBase
+
+    class KeepAll(RefillBase):
+        def on_generation(self, batch):
+            return None
+
+    name = registered(REFILLS, "test_keep_all", KeepAll)
+    with pytest.raises(ValueError, match=r"multi_objective_aggregation='normalize_then_sum': refill='test_keep_all'"):
+        GRPOExtConfig("out", use_cpu=True, bf16=False, refill=name, multi_objective_aggregation="normalize_then_sum")
+    assert GRPOExtConfig("out", use_cpu=True, bf16=False, refill=name).refill == name

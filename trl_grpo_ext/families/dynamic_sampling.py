@@ -86,16 +86,7 @@ class DynamicSampling(RefillBase):
                 "use advantage_estimator='grpo' or 'pass_at_k', or refill='none' with sample_filter='nonzero_std' "
                 "(masks the groups without signal, no refill)",
             )
-        if args.multi_objective_aggregation != "sum_then_normalize":
-            raise config_error(
-                "multi_objective_aggregation",
-                args.multi_objective_aggregation,
-                f"refill={args.refill!r} splices new groups with advantages of their own, but "
-                "normalize_then_sum divides every row's summed per-function z-scores by the standard deviation of "
-                "the whole batch: new rows change that deviation, so every other row's advantage would have to "
-                "change with them (TRL computes it once, before the members run)",
-                "set multi_objective_aggregation='sum_then_normalize', or use refill='none' with normalize_then_sum",
-            )
+        super().check_combination(args, members)  # every refill's rules (RefillBase)
 
     def __init__(self, args: Args, host: Host, *, rollouts: RolloutService):
         super().__init__(args, host)

@@ -52,6 +52,7 @@ from ..api import (  # noqa: F401  (the family vocabulary, re-exported: trl_grpo
     SpliceUpdate,
     TokenClip,
 )
+from ..names import config_error
 from .base import BetaControl, Callbacks, Extension, GenerationBatch, Host, ReferenceModel
 
 
@@ -72,6 +73,20 @@ class AdvantageWeightingBase(Extension):
 
 class RefillBase(Extension):
     """Base of a refill (:class:`Refill`)."""
+
+    @classmethod
+    def check_combination(cls, args, members) -> None:
+        """Every refill splices new rows with advantages of their own, which ``normalize_then_sum`` cannot have."""
+        if args.multi_objective_aggregation != "sum_then_normalize":
+            raise config_error(
+                "multi_objective_aggregation",
+                args.multi_objective_aggregation,
+                f"refill={args.refill!r} splices new groups with advantages of their own, but "
+                "normalize_then_sum divides every row's summed per-function z-scores by the standard deviation of "
+                "the whole batch: new rows change that deviation, so every other row's advantage would have to "
+                "change with them (TRL computes it once, before the members run)",
+                "set multi_objective_aggregation='sum_then_normalize', or use refill='none' with normalize_then_sum",
+            )
 
     def on_generation(self, batch: GenerationBatch) -> Out[RefillUpdate | None]:
         return None
