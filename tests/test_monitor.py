@@ -392,6 +392,23 @@ def test_ext_timing_attributes_plugin_work(make_trainer, monkeypatch):
         assert h["timing/ext_fraction"] == pytest.approx(0.8, abs=1e-6), h
 
 
+def test_the_collapse_monitors_own_work_counts_as_plugin_time(make_trainer, monkeypatch):
+    """The monitor measures its work outside the hooks (its step-end checks, evaluation) on the trainer's clock, so
+    timing/ext_s includes it (a fake clock: 2 s inside the monitor's measure land in the trainer's plugin time)."""
+    from types import SimpleNamespace
+
+    from trl_grpo_ext import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    trainer = make_trainer(diversity_metrics=["distinct"])
+    monitor = trainer.collapse_monitor
+    before = trainer.ext_clock.seconds
+    with callbacks._clock(monitor.source):
+        now[0] += 2.0
+    assert trainer.ext_clock.seconds == before + 2.0
+
+
 def test_plot_command_on_a_real_run(make_trainer, tmp_path):
     trainer = make_trainer(max_steps=3, beta=0.04, kl_control="adaptive", diversity_metrics=["distinct", "entropy"])
     trainer.train()

@@ -223,11 +223,12 @@ class LossContext:
     advantages and ``policy_weight``; ``modify_logps``, ``extra_loss`` and ``after_loss`` also ``selected``.
 
     Attributes:
-        inputs: the micro-batch TRL's loss reads, read-only (advantages rescaled by the sample filter, then shaped).
+        inputs: the micro-batch TRL's loss reads, read-only (advantages rescaled to the kept rows, then shaped).
         mask: (B, T) loss mask (completion mask x tool/filter mask).
         mode: "train" or "eval".
         logps: (B, T) the policy's log-probs with gradient, as the model returned them.
-        row_scale: factor the sample filter applies to per-sequence aggregations (1.0 otherwise).
+        row_scale: rows / kept rows of the micro-batch, applied to per-sequence aggregations where rows are masked and
+            ``pf_rescale`` is on (1.0 otherwise).
         entropies: (B, T) per-token entropies of the same forward pass (no gradient needed), or None where TRL did
             not compute them (:attr:`token_entropies` raises then).
         policy_weight: (B, T) the factor TRL 1.16 multiplies into its per-token policy loss (not the KL term): the

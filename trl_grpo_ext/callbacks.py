@@ -181,9 +181,9 @@ def _check_monitor_settings(
 
 
 def _clock(source):
-    """The plugin-time clock of the monitor's source (the Host's ``clock``), or nothing to measure with."""
-    clock = getattr(source, "clock", None)
-    return clock.measure() if clock is not None else contextlib.nullcontext()
+    """The plugin-time clock of the monitor's source (``MonitorSource.clock``), or nothing to measure with (plain TRL's
+    source has None)."""
+    return source.clock.measure() if source.clock is not None else contextlib.nullcontext()
 
 
 class CollapseMonitor(TrainerCallback):

@@ -506,13 +506,15 @@ class GRPOExtTrainer(TRLHooks):
         local = batch.process_slice
         per_func = batch.rewards_per_func[local].clone()  # (B, F) this process's rows
         lists = [list(batch.inputs), list(batch.prompts), list(batch.completions), list(batch.completion_ids_list)]
-        for source, target in splice.copies:  # written first, as apply_splice writes them
-            per_func[target] = per_func[source]
+        if splice.copies:  # written first, as apply_splice writes them
+            sources, targets = (list(rows) for rows in zip(*splice.copies, strict=True))
+            per_func[targets] = per_func[sources]
             for values in lists:
-                values[target] = values[source]
+                for source, target in splice.copies:
+                    values[target] = values[source]
+        per_func[splice.rows] = update.rewards_per_func.to(per_func)  # (len(rows), F)
         new = zip(update.inputs, splice.rollout.completions, splice.rollout.completion_ids, strict=True)
-        for k, (row, (inputs, completion, ids)) in enumerate(zip(splice.rows, new, strict=True)):
-            per_func[row] = update.rewards_per_func[k].to(per_func)
+        for row, (inputs, completion, ids) in zip(splice.rows, new, strict=True):
             for values, value in zip(lists, (inputs, inputs["prompt"], completion, list(ids)), strict=True):
                 values[row] = value
         rewards_per_func = self.accelerator.gather(per_func)  # (N, F)

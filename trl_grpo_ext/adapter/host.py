@@ -240,6 +240,10 @@ class MonitorSource(TrainerHost):
     #: The collapse monitor built on this source is fed by the hooks (observe_generation, record_entropy).
     feeds_collapse_monitor = True
 
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.clock = trainer.ext_clock  # the monitor's work outside the hooks counts as plugin time (timing/ext_s)
+
     @property
     def args(self):
         return self._trainer.args

@@ -41,7 +41,7 @@ class PlainTRLSource:
         return self.trainer.state.global_step
 
     def log(self, mode: str, name: str, value: float) -> None:
-        self.trainer._metrics[mode][name].append(value)
+        trl_compat.log_value(self.trainer, mode, name, value)
 
     def log_column(self, name: str, values: list) -> None:
         self.trainer._logs["extra"][name].extend(values)
