@@ -1,10 +1,11 @@
 """docs/index.md, "Adding a variant": a built-in variant added to the package touches exactly the files the page names.
 
 The test does what the page says in a copy of the package and its docs: a token clip as a new module of
-``trl_grpo_ext/families/``, its docs page, its row in docs/index.md's families table, and the switch's ``Literal`` in
-its config section (config/token_clip.py). With the four edits the registry tests pass in the copy (the member trains
-and logs its metric, ``--help`` lists it, its page is linked); leaving out any one of them fails one of those tests.
-Nothing in trainer.py or families/__init__.py is touched.
+``trl_grpo_ext/families/``, its docs page and its row in docs/index.md's families table: three files. The switch's
+values are its registry's names (no ``Literal`` to extend: ``--help`` and the parser read the registry). A variant with
+a parameter adds its field to the family's config section (config/token_clip.py), a fourth file. With the edits the
+registry tests pass in the copy (the member trains and logs its metric, ``--help`` lists it, its page is linked);
+leaving out any one of them fails one of those tests. Nothing in trainer.py or families/__init__.py is touched.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ MODULE = '''"""``token_clip: zero_guard``: detach the tokens whose ratio moved a
 
 import torch
 
-from .base import TOKEN_CLIPS, Extension
+from .interfaces import TOKEN_CLIPS, TokenClipBase
 
 
 @TOKEN_CLIPS.register("zero_guard")
-class ZeroGuard(Extension):
+class ZeroGuard(TokenClipBase):
     metrics = ("zero_guard/detached_frac",)
     docs = "zero_guard.md"
 
@@ -35,8 +36,41 @@ class ZeroGuard(Extension):
         chosen = ctx.policy_mask & (torch.sign(logps.detach() - ctx.old_logps) * torch.sign(ctx.advantages) < 0)
         return torch.where(chosen, logps.detach(), logps), {"zero_guard/detached_frac": float(chosen.float().mean())}
 '''
+#: The same member with one parameter, ``zero_guard_margin``: how far the log-ratio must have moved.
+MODULE_WITH_PARAMETER = '''"""``token_clip: zero_guard``: detach tokens moved against their advantage by a margin."""
+
+from dataclasses import dataclass
+
+import torch
+
+from .interfaces import TOKEN_CLIPS, TokenClipBase
+
+
+@TOKEN_CLIPS.register("zero_guard")
+class ZeroGuard(TokenClipBase):
+    metrics = ("zero_guard/detached_frac",)
+    docs = "zero_guard.md"
+
+    @dataclass(frozen=True)
+    class Args(TokenClipBase.Args):
+        zero_guard_margin: float
+
+    args: Args
+
+    def modify_logps(self, logps, ctx):
+        moved = logps.detach() - ctx.old_logps
+        against = torch.sign(moved) * torch.sign(ctx.advantages) < 0
+        chosen = ctx.policy_mask & against & (moved.abs() >= self.args.zero_guard_margin)
+        return torch.where(chosen, logps.detach(), logps), {"zero_guard/detached_frac": float(chosen.float().mean())}
+'''
 PAGE = "# Zero guard\n\n`token_clip: zero_guard` detaches the tokens whose ratio moved against their advantage.\n"
-LITERAL = 'token_clip: Literal["none", "clip_cov", "kl_cov", "dppo"]'
+FIELD = """    zero_guard_margin: float = field(
+        default=0.0, metadata={"help": "How far a token's log-ratio must have moved for zero_guard to detach it."}
+    )
+"""
+FIELD_DOC = """        zero_guard_margin (`float`, *optional*, defaults to `0.0`):
+            How far a token's log-ratio must have moved for `"zero_guard"` to detach it.
+"""
 
 
 def _copy(tmp: Path) -> Path:
@@ -51,10 +85,11 @@ def _copy(tmp: Path) -> Path:
     return repo
 
 
-def _edit(repo: Path, skip: str | None) -> None:
-    """The four edits the page names, but ``skip``."""
+def _edit(repo: Path, skip: str | None, *, parameter: bool) -> None:
+    """The edits the page names (with ``parameter``, the config field too), but ``skip``."""
     if skip != "module":
-        (repo / "trl_grpo_ext" / "families" / "zero_guard.py").write_text(MODULE)
+        module = MODULE_WITH_PARAMETER if parameter else MODULE
+        (repo / "trl_grpo_ext" / "families" / "zero_guard.py").write_text(module)
     if skip != "page":
         (repo / "docs" / "zero_guard.md").write_text(PAGE)
     if skip != "index":
@@ -65,11 +100,12 @@ def _edit(repo: Path, skip: str | None) -> None:
         pages = pages[: -len(" |")] + ", [zero guard](zero_guard.md) |"
         new_row = " | ".join([switch, values + ', `"zero_guard"`', pages])
         index.write_text(text.replace(row, new_row))
-    if skip != "literal":
+    if parameter and skip != "field":
         config = repo / "trl_grpo_ext" / "config" / "token_clip.py"
         text = config.read_text()
-        assert LITERAL in text, "the token_clip Literal moved: update this test"
-        config.write_text(text.replace(LITERAL, LITERAL[:-1] + ', "zero_guard"]'))
+        anchor, doc_anchor = "    token_clip_scope: Literal", "        clip_cov_ratio (`float`"
+        assert anchor in text and doc_anchor in text, "config/token_clip.py changed: update this test"
+        config.write_text(text.replace(anchor, FIELD + anchor).replace(doc_anchor, FIELD_DOC + doc_anchor))
 
 
 def _run(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -79,21 +115,28 @@ def _run(repo: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+CASES = [
+    *[(False, skip) for skip in (None, "module", "page", "index")],
+    *[(True, skip) for skip in (None, "field")],
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("skip", [None, "module", "page", "index", "literal"])
-def test_a_built_in_variant_needs_exactly_the_four_edits_the_page_names(tmp_path, skip):
+@pytest.mark.parametrize(("parameter", "skip"), CASES, ids=[f"parameter={p}-skip={s}" for p, s in CASES])
+def test_a_built_in_variant_needs_exactly_the_edits_the_page_names(tmp_path, parameter, skip):
     page = (ROOT / "docs" / "index.md").read_text()
-    section = page[page.index("## Adding a variant") : page.index("## Pure functions")]
-    assert "touches four files" in section  # the count this test holds the page to
+    section = " ".join(page[page.index("## Adding a variant") : page.index("## Pure functions")].split())
+    assert "touches three files" in section and "a fourth" in section  # the counts this test holds the page to
     repo = _copy(tmp_path)
-    _edit(repo, skip)
+    _edit(repo, skip, parameter=parameter)
     where = _run(repo, "-c", "import trl_grpo_ext; print(trl_grpo_ext.__file__)")
     assert where.stdout.strip().startswith(str(repo)), where.stdout + where.stderr  # the copy, not the install
-    selected = "config_choices or docs_page or declares_metrics or zero_guard"
+    selected = "config_choices or docs_page or declares_metrics or zero_guard"  # docs_page: both ways
     run = _run(repo, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_registry.py", "-k", selected)
     report = run.stdout[-4000:] + run.stderr[-2000:]
     if skip is None:
         assert run.returncode == 0, report
         assert "test_every_registered_member_trains_and_logs_its_metrics[token_clip=zero_guard] PASSED" in run.stdout
+        assert "test_config_choices_are_the_registry_names[token_clip] PASSED" in run.stdout
     else:
         assert run.returncode == 1 and " FAILED" in run.stdout, f"without the {skip} edit nothing failed:\n{report}"

@@ -107,12 +107,39 @@ def _builtin(switch: str) -> set[str]:
 
 @pytest.mark.parametrize("switch", list(FAMILIES))
 def test_config_choices_are_the_registry_names(switch):
-    """The Literal that --help shows lists exactly the built-in members; every registered name is accepted."""
+    """The choices ``--help`` shows and the command line accepts are the registry's names, read when the parser is
+    built: every built-in member, and a variant registered before parsing (no list of values to keep in step)."""
+    from trl import TrlParser
+
     hints = typing.get_type_hints(GRPOExtConfig)
-    assert set(typing.get_args(hints[switch])) == _builtin(switch)
+    assert hints[switch] is str  # an open registry: a user's variant is as valid a value as a built-in one
+    assert _builtin(switch) <= set(FAMILIES[switch].names())
+    parser = TrlParser((GRPOExtConfig,))
+    (action,) = [a for a in parser._actions if a.dest == switch]
+    assert list(action.choices) == FAMILIES[switch].names()
+    assert "{" + ",".join(FAMILIES[switch].names()) + "}" in parser.format_help()
     default = next(f.default for f in dataclasses.fields(GRPOExtConfig) if f.name == switch)
     assert default in FAMILIES[switch]
     assert FAMILIES[switch].get(default).is_off or switch == "advantage_estimator"
+
+
+def test_a_registered_variant_is_selected_from_the_command_line_and_a_yaml_config(tmp_path):
+    """A variant the user's script registers before parsing is a valid ``--token_clip`` value (argparse's choices are
+    the registry's, read then) and a valid YAML value; a misspelt one is refused by argparse listing the names."""
+    from trl import TrlParser
+
+    cli = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false"]
+    (args,) = TrlParser((GRPOExtConfig,)).parse_args_and_config([*cli, "--token_clip", "test_sign_flip_guard"])
+    assert args.token_clip == "test_sign_flip_guard"
+    config = tmp_path / "run.yaml"
+    config.write_text("token_clip: test_sign_flip_guard\nsample_filter: test_above_mean\n")
+    (args,) = TrlParser((GRPOExtConfig,)).parse_args_and_config([*cli, "--config", str(config)])
+    assert (args.token_clip, args.sample_filter) == ("test_sign_flip_guard", "test_above_mean")
+    with pytest.raises(SystemExit):
+        TrlParser((GRPOExtConfig,)).parse_args_and_config([*cli, "--token_clip", "clip_cvo"])
+    config.write_text("token_clip: clip_cvo\n")
+    with pytest.raises(ValueError, match=r"token_clip='clip_cvo': unknown value.*'clip_cov'"):
+        TrlParser((GRPOExtConfig,)).parse_args_and_config([*cli, "--config", str(config)])
 
 
 def test_outside_variants_are_accepted_and_built(make_trainer):
@@ -230,6 +257,40 @@ def test_every_builtin_member_points_to_its_docs_page():
             # the families table: the row that links the page lists the switch value
             rows = [line for line in index.splitlines() if line.startswith(f"| `{switch}") and f"({cls.docs})" in line]
             assert any(name in row for row in rows), f"docs/index.md's families table: no {switch} row names {name!r}"
+
+
+def test_the_families_table_names_only_registered_members_docs_page():
+    """The other way round: every switch value docs/index.md's families table names (a ```switch: name``` cell, or a
+    quoted value in the row of a bare switch) is a registered member, and every page the table links exists. A value
+    listed for a member that was renamed, moved or never written breaks here (the switch has no ``Literal`` that would
+    list it too)."""
+    import re
+    import typing as t
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    index = (docs / "index.md").read_text()
+    table = index[index.index("## Families") :]
+    table = table[: table.index("\n\n", table.index("|---"))]
+    hints = t.get_type_hints(GRPOExtConfig)
+    checked = 0
+    for row in (line for line in table.splitlines() if line.startswith("| `")):
+        first, values, pages = (cell.strip() for cell in row.strip("|").split(" | "))
+        for page in re.findall(r"\]\(([\w.]+\.md)", pages):
+            assert (docs / page).exists(), f"docs/index.md's families table links docs/{page}, which is missing"
+        fields = re.findall(r"`(\w+)(?::\s*(\w+))?`", first)
+        for switch, name in fields:
+            if switch in FAMILIES and name:
+                assert name in FAMILIES[switch], f"the families table names {switch}: {name!r}, which is not registered"
+                checked += 1
+        bare = [switch for switch, name in fields if switch in FAMILIES and not name]
+        # quoted values of another field named in the cell (advantage_std's "sample") are that field's
+        others = {v for field, _ in fields if field not in FAMILIES for v in t.get_args(hints.get(field, int))}
+        for switch in bare:
+            for name in set(re.findall(r'"(\w+)"', values)) - others:
+                assert name in FAMILIES[switch], f"the families table lists {switch}={name!r}, which is not registered"
+                checked += 1
+    assert checked >= 15, checked
 
 
 def test_the_docs_worked_example_trains(make_trainer, tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """The names the config validates and the code acting on them uses, in one leaf module (it imports only the registry
 class): the config package reads them here instead of importing the families, the monitor or the TRL copies.
 
-- the family registries (:data:`FAMILIES`): empty until ``trl_grpo_ext.families`` registers the built-in members
-  (the config's ``Literal`` types list those; a name outside them is valid once registered);
+- the family registries (:data:`FAMILIES`): empty until ``trl_grpo_ext.families`` registers the built-in members;
+  a switch's valid values are its registry's names (the config's parser choices read them);
 - the collapse monitor's metric names and alarm actions;
 - the TRL version the plugin's copies come from, and the loss types whose aggregation they copy.
 """

@@ -7,7 +7,7 @@ from typing import Literal
 
 from ..core.advantages import StdKind
 from ..core.pkpo import Estimator
-from .section import ConfigSection, _fail, bounds
+from .section import ConfigSection, _fail, bounds, family_switch
 
 
 @dataclass
@@ -77,12 +77,11 @@ class AdvantageConfig(ConfigSection):
         ),
     }
 
-    advantage_estimator: Literal["grpo", "prm", "pass_at_k"] = field(
+    advantage_estimator: str = family_switch(
+        "advantage_estimator",
         default="grpo",
-        metadata={
-            "help": "How advantages are computed. 'grpo': TRL's group-normalised outcome reward. 'prm': process "
-            "supervision from step rewards (DeepSeekMath sec. 4.1.3). 'pass_at_k': PKPO, the gradient of pass@k."
-        },
+        help="How advantages are computed. 'grpo': TRL's group-normalised outcome reward. 'prm': process "
+        "supervision from step rewards (DeepSeekMath sec. 4.1.3). 'pass_at_k': PKPO, the gradient of pass@k.",
     )
     pkpo_k: int | None = field(
         default=None,
@@ -95,12 +94,11 @@ class AdvantageConfig(ConfigSection):
     pkpo_anneal_fraction: float = field(
         default=0.0, metadata={"help": "Anneal k from pkpo_k to 1 over this fraction of training (0: constant)."}
     )
-    advantage_weighting: Literal["none", "w_reinforce", "entropy_advantage"] = field(
+    advantage_weighting: str = family_switch(
+        "advantage_weighting",
         default="none",
-        metadata={
-            "help": "'w_reinforce': W-REINFORCE, positive samples down-weighted (arXiv 2506.01347). "
-            "'entropy_advantage': a capped entropy bonus on each token's advantage (arXiv 2506.14758)."
-        },
+        help="'w_reinforce': W-REINFORCE, positive samples down-weighted (arXiv 2506.01347). "
+        "'entropy_advantage': a capped entropy bonus on each token's advantage (arXiv 2506.14758).",
     )
     w_reinforce_lambda: float = field(
         default=0.1,

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .section import ConfigSection, _fail, bounds
+from .section import ConfigSection, _fail, bounds, family_switch
 
 #: AEPO's fields as trl_grpo_ext 0.1.0 ran it (a separate unclipped term over the whole batch regenerated, with
 #: 0.1.0's rules: see ``aepo_mode``); the defaults are the reference code's.
@@ -76,9 +76,10 @@ class EntropyControlConfig(ConfigSection):
         "aepo_coef": bounds(0.0, 1000.0, "a weight above 1000 leaves only the AEPO term in the loss", "aepo_coef=1.0"),
     }
 
-    entropy_control: Literal["none", "aepo"] = field(
+    entropy_control: str = family_switch(
+        "entropy_control",
         default="none",
-        metadata={"help": "'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141)."},
+        help="'aepo': hold the policy's entropy at aepo_target_entropy (arXiv 2510.08141).",
     )
     aepo_target_entropy: float = field(
         default=0.5,

@@ -178,7 +178,7 @@ class GRPOExtFields(
                     shown = f"[{low:g}, {high:g}]" if high is not None else f"[{low:g}, inf)"
                     _fail(name, values, f"outside {shown}: {why}", f"e.g. {example}")
 
-    # The built-in names (the switches' Literal types) and the registries (user-registered variants).
+    # Each family switch names a member of its registry (built-in or registered by the user).
     def _check_switches(self) -> None:
         registry_switches = tuple(FAMILIES)  # every family's switch
         for name in registry_switches:
@@ -199,9 +199,9 @@ class GRPOExtFields(
                 f"{sorted(KNOWN_LOSS_TYPES)}, and this one is not among them (they would be aggregated wrongly)",
                 "use one of those loss types, or switch the families off (plain GRPOTrainer)",
             )
-        for name, allowed in _literal_fields().items():  # every other Literal field: its annotation is the list
+        for name, allowed in _literal_fields().items():  # every Literal field: its annotation is the list
             value = getattr(self, name)
-            if name not in registry_switches and value not in allowed:
+            if value not in allowed:
                 _fail(name, value, "unknown value", f"use one of {list(allowed)}")
 
 
@@ -217,9 +217,9 @@ PLUGIN_FIELDS = tuple(f.name for section in SECTIONS for f in dataclasses.fields
 
 
 def switch_names(switch: str) -> list[str]:
-    """The valid values of a family switch: the built-in members its ``Literal`` lists and every name registered in
-    its registry (``trl_grpo_ext.names``; a user's variant is there once registered)."""
-    return sorted(set(_literal_fields()[switch]) | set(registry_for(switch).names()))
+    """The valid values of a family switch: every name registered in its registry (``trl_grpo_ext.names``; the
+    built-in members, and a user's variant once registered)."""
+    return registry_for(switch).names()
 
 
 @functools.cache

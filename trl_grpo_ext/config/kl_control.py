@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
 
-from .section import ConfigSection, _fail, bounds
+from .section import ConfigSection, _fail, bounds, family_switch
 
 
 @dataclass
@@ -62,12 +61,11 @@ class KLControlConfig(ConfigSection):
         ),
     }
 
-    kl_control: Literal["fixed", "adaptive", "diversity"] = field(
+    kl_control: str = family_switch(
+        "kl_control",
         default="fixed",
-        metadata={
-            "help": "'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target. "
-            "'diversity': beta rises while Distinct-N (kl_diversity_n) is under kl_diversity_target."
-        },
+        help="'fixed': TRL's constant beta. 'adaptive': Ziegler's controller steers beta to kl_target. "
+        "'diversity': beta rises while Distinct-N (kl_diversity_n) is under kl_diversity_target.",
     )
     kl_target: float = field(
         default=0.1,
@@ -98,12 +96,11 @@ class KLControlConfig(ConfigSection):
         default=0.5, metadata={"help": "Distinct-N target of kl_control='diversity' (beta rises below it)."}
     )
 
-    ref_update: Literal["none", "reset"] = field(
+    ref_update: str = family_switch(
+        "ref_update",
         default="none",
-        metadata={
-            "help": "'reset': the reference becomes the current policy every ref_reset_steps steps and/or when "
-            "beta x KL exceeds ref_reset_kl_term (ProRL). 'none': TRL's fixed reference."
-        },
+        help="'reset': the reference becomes the current policy every ref_reset_steps steps and/or when "
+        "beta x KL exceeds ref_reset_kl_term (ProRL). 'none': TRL's fixed reference.",
     )
     ref_reset_steps: int | None = field(
         default=None, metadata={"help": "Reset the reference every this many optimizer steps."}

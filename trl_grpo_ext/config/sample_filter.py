@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .section import ConfigSection, _fail, bounds
+from .section import ConfigSection, _fail, bounds, family_switch
 
 
 @dataclass
@@ -52,19 +52,17 @@ class SampleFilterConfig(ConfigSection):
         ),
     }
 
-    sample_filter: Literal["none", "best_of_n", "best_random", "best_worst", "nonzero_std"] = field(
+    sample_filter: str = family_switch(
+        "sample_filter",
         default="none",
-        metadata={
-            "help": "PF-PPO filtering per prompt group: 'best_of_n', 'best_random', 'best_worst', 'nonzero_std', or "
-            "'none'. Filtered completions are masked out of the loss."
-        },
+        help="PF-PPO filtering per prompt group: 'best_of_n', 'best_random', 'best_worst', 'nonzero_std', or "
+        "'none'. Filtered completions are masked out of the loss.",
     )
-    refill: Literal["none", "dynamic_sampling"] = field(
+    refill: str = family_switch(
+        "refill",
         default="none",
-        metadata={
-            "help": "'dynamic_sampling' (DAPO): replace the prompt groups without signal by new groups with signal "
-            "before the sample filter chooses; or 'none'."
-        },
+        help="'dynamic_sampling' (DAPO): replace the prompt groups without signal by new groups with signal "
+        "before the sample filter chooses; or 'none'.",
     )
     pf_rescale: bool = field(
         default=True,

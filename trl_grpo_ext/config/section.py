@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 import types
 import typing
+from collections.abc import Sequence
+from dataclasses import field
 
-from ..names import config_error
+from ..names import config_error, registry_for
 
 
 def bounds(low: float, high: float | None, why: str, example: str) -> tuple:
@@ -15,6 +17,35 @@ def bounds(low: float, high: float | None, why: str, example: str) -> tuple:
     ``field_bounds`` (``{"kl_target": bounds(0.0, 100.0, "...", "kl_target=0.1")}``), beside its fields: not in the
     fields' metadata, which transformers' argument parser passes on to ``argparse``."""
     return (low, high, why, example)
+
+
+class RegisteredNames(Sequence):
+    """The names registered in a family's registry, read each time they are used: a family switch's ``choices`` for
+    ``argparse`` (transformers' parser passes a field's metadata on), so ``--help`` lists, and the command line and a
+    YAML config accept, every member, a variant the user registered before parsing included. Its values are written
+    once, by the ``@REGISTRY.register(name)`` lines."""
+
+    def __init__(self, switch: str):
+        self.switch = switch
+
+    def __getitem__(self, index):
+        return registry_for(self.switch).names()[index]
+
+    def __len__(self) -> int:
+        return len(registry_for(self.switch).names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in registry_for(self.switch)
+
+    def __repr__(self) -> str:
+        return repr(registry_for(self.switch).names())
+
+
+def family_switch(switch: str, *, default: str, help: str) -> typing.Any:
+    """A family switch's field: a ``str`` naming a member of the family's registry (checked when the config is
+    validated), whose parser choices are the registry's names (:class:`RegisteredNames`). Typed ``str``, not a
+    ``Literal``: the registry is open, so a user's variant is as valid a value as a built-in one."""
+    return field(default=default, metadata={"help": help, "choices": RegisteredNames(switch)})
 
 
 def _fail(field_name: str, value, problem: str, fix: str) -> None:

@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .section import ConfigSection, _fail, bounds
+from .section import ConfigSection, _fail, bounds, family_switch
 
 #: A token-clip ratio above this is more likely a percentage pasted as a fraction (0.2 for 0.2%) than intended.
 PERCENT_TRAP_RATIO = 0.05
@@ -63,13 +63,12 @@ class TokenClipConfig(ConfigSection):
         ),
     }
 
-    token_clip: Literal["none", "clip_cov", "kl_cov", "dppo"] = field(
+    token_clip: str = family_switch(
+        "token_clip",
         default="none",
-        metadata={
-            "help": "Token-level stabilisation: 'clip_cov' detaches a few random high-covariance tokens, 'kl_cov' "
-            "penalises the top-covariance tokens with |logp - old_logp| (Cui et al. 2025); 'dppo' replaces TRL's "
-            "ratio clip with DPPO's binary trust region (Qi et al. 2026)."
-        },
+        help="Token-level stabilisation: 'clip_cov' detaches a few random high-covariance tokens, 'kl_cov' "
+        "penalises the top-covariance tokens with |logp - old_logp| (Cui et al. 2025); 'dppo' replaces TRL's "
+        "ratio clip with DPPO's binary trust region (Qi et al. 2026).",
     )
     token_clip_scope: Literal["local", "global"] = field(
         default="local",

@@ -15,7 +15,8 @@ class; the registry is typed by the Protocol), register it, and select it by nam
         def modify_logps(self, logps, ctx):
             ...
 
-(The config's ``Literal`` lists the built-in names for ``--help``; registered names are accepted from Python.)
+(A switch's values are its registry's names: ``--help``, the command line and YAML configs read them when the parser
+is built, so a variant registered before parsing is listed and accepted like a built-in one.)
 """
 
 from __future__ import annotations
