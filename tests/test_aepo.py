@@ -17,19 +17,19 @@ from trl_grpo_ext.core.aepo import (
     aepo_per_token_loss,
     aepo_pick,
     aepo_sample_count,
-    aepo_temperature,
 )
 
 
 def test_temperature_switch():
-    kw = dict(target=0.5, temperature_high=1.2, temperature_low=0.8)
-    assert aepo_temperature(0.3, **kw) == 1.2  # entropy under target: sample hotter
-    assert aepo_temperature(0.9, **kw) == 0.8
-    assert aepo_temperature(None, **kw) == 0.8  # nothing measured, nothing assumed
+    """T_high under target, T_low above; equality by ``at_target``; nothing measured by ``unmeasured``."""
+    kw = dict(target=0.5)
+    assert aepo_below_target(0.3, **kw)  # entropy under target: sample hotter
+    assert not aepo_below_target(0.9, **kw)
+    assert not aepo_below_target(None, **kw)  # nothing measured, nothing assumed
+    assert aepo_below_target(None, **kw, unmeasured="high")  # the reference starts from entropy 0
     # Exactly at the target: the reference's `if entropy <= entropy_base` samples hot; "low" samples cold.
-    assert aepo_temperature(0.5, **kw) == 1.2
-    assert aepo_temperature(0.5, **kw, at_target="low") == 0.8
-    assert not aepo_below_target(None, target=0.5)
+    assert aepo_below_target(0.5, **kw)
+    assert not aepo_below_target(0.5, **kw, at_target="low")
 
 
 @pytest.mark.parametrize(

@@ -22,23 +22,19 @@ import torch
 from .advantages import group_relative_advantages
 
 
-def aepo_below_target(entropy: float | None, *, target: float, at_target: str = "high") -> bool:
-    """Whether AEPO acts as if entropy were under target (``T_high``, the full sample cap).
+def aepo_below_target(
+    entropy: float | None, *, target: float, at_target: str = "high", unmeasured: str = "low"
+) -> bool:
+    """Whether AEPO acts as if entropy were under target: it samples at ``T_high`` (else ``T_low``) and keeps the full
+    sample cap.
 
     ``at_target="high"`` (reference, ``ray_trainer.py`` ``if entropy <= entropy_base``): ``entropy <= target``;
-    ``"low"``: ``entropy < target``. ``entropy=None`` (nothing measured and no initial value) counts as above target.
+    ``"low"``: ``entropy < target``. ``entropy=None`` (nothing measured yet): ``unmeasured="high"`` counts it as under
+    target (the reference starts from entropy 0), ``"low"`` as above it (nothing measured, nothing assumed).
     """
     if entropy is None:
-        return False
+        return unmeasured == "high"
     return entropy <= target if at_target == "high" else entropy < target
-
-
-def aepo_temperature(
-    entropy: float | None, *, target: float, temperature_high: float, temperature_low: float, at_target: str = "high"
-) -> float:
-    """``T_high`` when :func:`aepo_below_target`, else ``T_low`` (``T_low`` when ``entropy`` is None)."""
-    below = aepo_below_target(entropy, target=target, at_target=at_target)
-    return temperature_high if below else temperature_low
 
 
 def aepo_sample_count(num_candidates: int, *, below_target: bool, max_samples: int, cap_rule: str) -> int:

@@ -194,10 +194,12 @@ class AEPO(EntropyControlBase):
         args, host, rules = self.args, self.host, AEPO_RULES[self.args.aepo_mode]
         rollouts = self.rollouts
         start = time.perf_counter()
-        if self.last_entropy is None:
-            below = rules["first_step"] == "high"  # the reference starts from entropy 0: below any target
-        else:
-            below = aepo_below_target(self.last_entropy, target=args.aepo_target_entropy, at_target=rules["at_target"])
+        below = aepo_below_target(
+            self.last_entropy,
+            target=args.aepo_target_entropy,
+            at_target=rules["at_target"],
+            unmeasured=rules["first_step"],
+        )
         temperature = args.aepo_temperature_high if below else args.aepo_temperature_low
         self.temperature = temperature
         local_rows = len(batch.prompts)
