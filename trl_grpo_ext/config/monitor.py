@@ -110,17 +110,19 @@ class MonitorConfig(ConfigSection):
             the checkpoint's point of the schedule while the step count goes on.
         collapse_action (`str`, *optional*, defaults to `"warn"`):
             What an alarm (the thresholds' `alarm/collapse` or the detector's `alarm/hack`) does besides logging:
-            `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (a
-            checkpoint of the alarmed state, training ends, and the weights, optimizer, scheduler and extension state
-            are restored from the newest complete checkpoint this run saved at or before the alarm's onset (the
-            detector's onset, or the threshold alarm's last calm step); another run's folders in `output_dir`,
-            damaged ones and ones without optimizer state are passed over; needs `save_strategy="steps"` and
-            `save_total_limit=None`, and saves `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says
-            what was restored and what was passed over). Resuming from a checkpoint saved after an alarm raises it
-            again at the first step. `"screen"` (with `collapse_audit_rewards`): from the alarm on, the completions an
-            audit flags (favoured by the training reward, failed by the audit) train with advantage 0, batch by batch
-            (`audit/screened`); training goes on. A callable `trainer.collapse_monitor.on_alarm(event)` may choose per
-            alarm.
+            `"warn"`, `"save"` (a checkpoint), `"stop"` (a checkpoint, then training ends) or `"rollback"` (a checkpoint
+            of the alarmed state, training ends, and the weights, optimizer, scheduler and extension state are restored
+            from the newest complete checkpoint this run saved at or before the alarm's onset (the detector's onset, or
+            the threshold alarm's last calm step); another run's folders in `output_dir`, damaged ones and ones without
+            optimizer state are passed over; needs `save_strategy="steps"` and `save_total_limit=None`, and saves
+            `checkpoint-0` at the start; `output_dir/collapse_rollback.json` says what was restored and what was passed
+            over). Resuming from a checkpoint saved after an alarm raises it again at the first step. `"screen"` (with
+            `collapse_audit_rewards`): from the alarm on, the completions an audit flags (favoured by the training
+            reward, failed by the audit) train with advantage 0 and leave their group (the others' advantages are
+            computed again without them), batch by batch (`audit/screened`); training goes on. The action to leave on:
+            in the project's study every hacked run ended with >= 99% of vanilla's best held-out gold and every healthy
+            run with all of its own, where a rollback cost a false alarm up to 23% (docs/monitoring.md). A callable
+            `trainer.collapse_monitor.on_alarm(event)` may choose per alarm.
         eval_pass_at_k (`list[int]`, *optional*, defaults to `[]`):
             k values of the unbiased pass@k (Chen et al. 2021) logged at evaluation from the sampled completions
             (`num_generations_eval` per prompt). Empty: off.
