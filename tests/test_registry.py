@@ -260,7 +260,7 @@ def test_every_builtin_member_points_to_its_docs_page():
 
 
 def test_the_families_table_names_only_registered_members_docs_page():
-    """The other way round: every switch value docs/index.md's families table names (a ```switch: name``` cell, or a
+    """The other way round: every switch value docs/index.md's families table names (a ``switch: name`` cell, or a
     quoted value in the row of a bare switch) is a registered member, and every page the table links exists. A value
     listed for a member that was renamed, moved or never written breaks here (the switch has no ``Literal`` that would
     list it too)."""
