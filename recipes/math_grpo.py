@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
+import itertools
 import json
 import os
 import statistics
@@ -154,6 +156,14 @@ class MathScriptArguments:
     cache_dir: str = field(
         default=os.path.join(os.path.expanduser("~"), ".cache", "trl_grpo_ext"),
         metadata={"help": "Where the tiny model and its SFT warm start are cached."},
+    )
+    ext_import: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Python modules imported before the arguments are parsed: modules registering family members of "
+            "your own (@TOKEN_CLIPS.register('my_clip'), ...), whose names are then valid switch values "
+            "(--ext_import my_pkg.clips --token_clip my_clip; in a YAML config, ext_import: [my_pkg.clips])."
+        },
     )
 
 
@@ -763,6 +773,32 @@ def print_summary(summary: dict, output_dir: str) -> None:
     )
 
 
+def import_extensions(argv: list[str]) -> list[str]:
+    """Import the modules ``--ext_import`` names, on the command line or in the ``--config`` YAML, before the parser
+    reads the switches (a switch's valid values are the names registered when it parses). Returns their names."""
+    names: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg in ("--ext_import", "--ext-import"):
+            names += itertools.takewhile(lambda a: not a.startswith("--"), argv[i + 1 :])
+        elif arg.startswith(("--ext_import=", "--ext-import=")):
+            names.append(arg.split("=", 1)[1])
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        import yaml
+
+        with open(argv[argv.index("--config") + 1], encoding="utf-8") as f:
+            listed = (yaml.safe_load(f) or {}).get("ext_import") or []
+        names += [listed] if isinstance(listed, str) else list(listed)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise SystemExit(
+                f"--ext_import {name}: cannot import it ({error}). Fix: put the module on PYTHONPATH (or pip install "
+                "its package), and name it as Python imports it (my_pkg.clips, not my_pkg/clips.py)."
+            ) from error
+    return names
+
+
 def resolve_argv(argv: list[str]) -> list[str]:
     """No arguments: the embedded default. Flags without ``--config``: the default with those flags on top (later
     flags win). With ``--config``: the YAML alone, plus any flags (a real-scale config must not inherit tiny values)."""
@@ -772,6 +808,7 @@ def resolve_argv(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    import_extensions(sys.argv[1:])  # members of the user's own, registered before the switches are parsed
     parser = make_parser()
     script_args, training_args, model_args = parser.parse_args_and_config(resolve_argv(sys.argv[1:]))
     main(script_args, training_args, model_args)

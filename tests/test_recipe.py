@@ -55,6 +55,49 @@ def test_default_args_match_default_yaml():
     assert embedded[1].to_dict() == from_file[1].to_dict()  # GRPOExtConfig
 
 
+USER_MODULE = """
+import torch
+from trl_grpo_ext.families import TOKEN_CLIPS
+from trl_grpo_ext.families.interfaces import TokenClipBase
+
+
+@TOKEN_CLIPS.register("recipe_user_clip")
+class RecipeUserClip(TokenClipBase):
+    def modify_logps(self, logps, ctx):
+        return logps
+"""
+
+
+def test_a_users_member_is_selected_through_ext_import(tmp_path, monkeypatch):
+    """``--ext_import my_module`` (command line or YAML) imports the user's module before the switches are parsed, so
+    the member it registers is a valid ``--token_clip``; an unimportable name stops with the fix."""
+    from trl_grpo_ext.families import TOKEN_CLIPS
+
+    recipe = load_recipe()
+    (tmp_path / "user_clips.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cpu = ["--use_cpu", "true", "--bf16", "false"]
+    try:
+        argv = ["--ext_import", "user_clips", "--token_clip", "recipe_user_clip", *cpu]
+        assert recipe.import_extensions(argv) == ["user_clips"]
+        script_args, training_args, _ = recipe.make_parser().parse_args_and_config(recipe.resolve_argv(argv))
+        assert (training_args.token_clip, script_args.ext_import) == ("recipe_user_clip", ["user_clips"])
+        TOKEN_CLIPS.unregister("recipe_user_clip")
+        sys.modules.pop("user_clips")
+        config = tmp_path / "run.yaml"
+        default = (ROOT / "recipes/configs/default.yaml").read_text()
+        config.write_text(default + "\next_import: [user_clips]\ntoken_clip: recipe_user_clip\n")
+        assert recipe.import_extensions(["--config", str(config)]) == ["user_clips"]
+        _, training_args, _ = recipe.make_parser().parse_args_and_config(["--config", str(config), *cpu])
+        assert training_args.token_clip == "recipe_user_clip"
+    finally:
+        if "recipe_user_clip" in TOKEN_CLIPS:
+            TOKEN_CLIPS.unregister("recipe_user_clip")
+        sys.modules.pop("user_clips", None)
+    with pytest.raises(SystemExit, match=r"--ext_import no_such_module: cannot import it.*PYTHONPATH"):
+        recipe.import_extensions(["--ext_import", "no_such_module"])
+
+
 def test_offline_hub_dataset_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RuntimeError, match="Hub is switched off"):
