@@ -138,6 +138,13 @@ class Splice:
         if self.advantages is not None and tuple(self.advantages.shape) != (n,):
             raise ValueError(f"a splice of {n} samples needs ({n},) advantages, got {tuple(self.advantages.shape)}")
 
+    @property
+    def written_rows(self) -> list[int]:
+        """The rows of this process the splice writes: its samples' (the first ones when ``rows`` is None) and its
+        copies' targets."""
+        rows = range(len(self.rollout.completion_ids)) if self.rows is None else self.rows
+        return [*rows, *(target for _, target in self.copies)]
+
 
 # ---------------------------------------------------------------------------------------------------- contexts
 #: Key under which a filtered batch carries each row's keep flag through TRL's shuffle and split.

@@ -487,7 +487,7 @@ class GRPOExtTrainer(TRLHooks):
                 continue
             if isinstance(update, RefillUpdate) and update.splice is not None:  # at once: the next members read it
                 batch = self._apply_refill(output, batch, update)
-                refilled += [*update.splice.rows, *(target for _, target in update.splice.copies)]
+                refilled += update.splice.written_rows
             elif update.splice is not None:
                 splices.append(update.splice)
             batch = self._apply_generation_update(output, batch, update)
@@ -506,12 +506,12 @@ class GRPOExtTrainer(TRLHooks):
         local = batch.process_slice
         per_func = batch.rewards_per_func[local].clone()  # (B, F) this process's rows
         lists = [list(batch.inputs), list(batch.prompts), list(batch.completions), list(batch.completion_ids_list)]
-        if splice.copies:  # written first, as apply_splice writes them
-            sources, targets = (list(rows) for rows in zip(*splice.copies, strict=True))
+        if splice.copies:  # written first, as apply_splice writes them: every source read before any target is written
+            sources, targets = [src for src, _ in splice.copies], [dst for _, dst in splice.copies]
             per_func[targets] = per_func[sources]
             for values in lists:
-                for source, target in splice.copies:
-                    values[target] = values[source]
+                for target, value in zip(targets, [values[src] for src in sources], strict=True):
+                    values[target] = value
         per_func[splice.rows] = update.rewards_per_func.to(per_func)  # (len(rows), F)
         new = zip(update.inputs, splice.rollout.completions, splice.rollout.completion_ids, strict=True)
         for row, (inputs, completion, ids) in zip(splice.rows, new, strict=True):

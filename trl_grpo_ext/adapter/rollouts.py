@@ -368,8 +368,7 @@ def place_splices(splices: list[Splice], batch_rows: int, *, taken: Iterable[int
                 rollout=splice.rollout.select(list(range(kept))),
                 advantages=None if splice.advantages is None else splice.advantages[:kept],
             )
-        taken.update(splice.rows or ())
-        taken.update(target for _, target in splice.copies)
+        taken.update(splice.written_rows)
         placed.append(splice)
     return placed
 
