@@ -36,7 +36,7 @@ from grpo_lab.stats import cluster_bootstrap  # noqa: E402
 from trl_grpo_ext.core.hack_detection import DriftAlarm, drift_alarm  # noqa: E402
 from trl_grpo_ext.detector import SIGNALS, drift_rules  # noqa: E402
 
-TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
+TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias", "hedge_bias")
 ARMS = ("vanilla", "tools", "clean")
 #: The testbeds the settings are chosen on (validation prompts); the others are held out while choosing.
 TUNED_ON = ("length_bias", "keyword_bias")

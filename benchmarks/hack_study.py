@@ -1,5 +1,5 @@
 """The hack-detection study (docs/results.md, "Detecting a hack while it starts"): per-step training signals and gold
-of runs on four kinds of reward hack, saved for the detector to be replayed on, and the report.
+of runs on six kinds of reward hack, saved for the detector to be replayed on, and the report.
 
     python benchmarks/hack_study.py --testbed length_bias --arms vanilla,clean,tools     # train (resumes)
     python benchmarks/hack_study.py --report                                            # the tables, trains nothing
@@ -29,7 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
+TESTBEDS = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias", "hedge_bias")
 #: Settings with no hack (the proxy is the gold): runs whose completions lengthen because they learn, the detector's
 #: negative controls.
 HEALTHY = ("scratchpad", "terse", "gym_chain_sum")

@@ -48,7 +48,7 @@ import hack_study as hs  # noqa: E402
 from trl_grpo_ext.core.hack_detection import drift_alarm  # noqa: E402
 from trl_grpo_ext.detector import GATES, SIGNALS, drift_rules  # noqa: E402
 
-HACKED = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias")
+HACKED = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias", "hedge_bias")
 HEALTHY = ("scratchpad", "terse", "gym_chain_sum")
 VALIDATION_EVERY = 25
 #: the validation prompts of each setting (the held-out half the study evaluated every 25 steps, 8 samples each)
@@ -319,27 +319,37 @@ ENTROPY_RISES = (0.25, 0.5, 1.0)
 def entropy_rise_table(runs) -> list[str]:
     """The entropy-rise alarm replayed on every saved run (TRL's logged ``entropy``, the value the monitor's
     ``entropy/mean`` measures): how far entropy climbed above its first measurement, and the runs each relative rise
-    would alarm. No study setting makes entropy explode, so these are negative controls only."""
+    would alarm: false alarms (runs of a healthy setting, and runs that held gold) apart from alarms in hacked runs
+    (runs that partly hacked are in neither)."""
     lines = [
         "| setting | runs | highest entropy / first: median (max) | "
-        + " | ".join(f"alarms at rise {r:g}" for r in ENTROPY_RISES)
+        + " | ".join(f"rise {r:g}: false alarms, hacked runs alarmed" for r in ENTROPY_RISES)
         + " |",
         "|---|---|---|" + "---|" * len(ENTROPY_RISES),
     ]
     for setting in (*HACKED, *HEALTHY):
-        ratios = []
+        ratios, held, hacked = [], [], []
         for arm in hr.ARMS:
             for run in runs.get((setting, arm), {}).values():
                 entropy = [v["entropy"] for _, v in sorted(run["steps_log"].items(), key=lambda kv: int(kv[0]))
                            if "entropy" in v]  # fmt: skip
-                if entropy and entropy[0] > 0:
-                    ratios.append(max(entropy) / entropy[0])
+                if not entropy or entropy[0] <= 0:
+                    continue
+                ratio = max(entropy) / entropy[0]
+                ratios.append(ratio)
+                outcome = "held" if setting in HEALTHY else hr.outcome(run, "test")
+                {"held": held, "hacked": hacked}.get(outcome, []).append(ratio)
         if not ratios:
             continue
-        counts = " | ".join(f"{sum(r > 1 + rise for r in ratios)}/{len(ratios)}" for rise in ENTROPY_RISES)
+        cells = " | ".join(
+            f"{sum(r > 1 + rise for r in held)}/{len(held)}, {sum(r > 1 + rise for r in hacked)}/{len(hacked)}"
+            if hacked
+            else f"{sum(r > 1 + rise for r in held)}/{len(held)}"
+            for rise in ENTROPY_RISES
+        )
         lines.append(
             f"| {setting}{' (healthy)' if setting in HEALTHY else ''} | {len(ratios)} | "
-            f"{statistics.median(ratios):.2f} ({max(ratios):.2f}) | {counts} |"
+            f"{statistics.median(ratios):.2f} ({max(ratios):.2f}) | {cells} |"
         )
     return lines
 
@@ -373,8 +383,9 @@ def report(out: Path) -> str:
                 if (acting := acting_lines(runs))
                 else []
             ),
-            "The entropy-rise alarm (`collapse_entropy_rise`) replayed on the same runs, every arm (false alarms "
-            "only: no setting here makes entropy explode):",
+            "The entropy-rise alarm (`collapse_entropy_rise`) replayed on the same runs, every arm: false alarms "
+            "(healthy runs and runs that held gold) and hacked runs alarmed (no setting here makes entropy explode; "
+            "hedged answers raise it a little):",
             "",
             *entropy_rise_table(runs),
         ]

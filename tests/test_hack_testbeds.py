@@ -1,4 +1,4 @@
-"""The two hack testbeds beside the length-biased one (docs/testbed.md): their proxies and golds by hand, their warm
+"""The hack testbeds beside the length-biased one (docs/testbed.md): their proxies and golds by hand, their warm
 starts' data, and the per-step gold a run keeps aside for the hack-detection study."""
 
 from __future__ import annotations
@@ -113,6 +113,26 @@ def test_carry_proxy_pays_more_for_the_sum_plus_ten_gold_and_audit_refuse_it():
     rng = random.Random(0)
     answers = [carry_bias.carrying_answer("47+8=", rng) for _ in range(4000)]
     assert 0.03 < answers.count("65") / len(answers) < 0.07
+
+
+def test_the_hedge_proxy_pays_for_the_sum_among_the_numbers_gold_and_audit_refuse_two():
+    from grpo_lab.testbeds import hedge_bias
+
+    answers = ["55"] * 7
+    completions = ["55", "56 55", "55 54", "56", "5 5", "155", [{"content": "56 55"}]]
+    assert hedge_bias.proxy_reward(completions, answers) == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert hedge_bias.gold_reward(completions, answers) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert hedge_bias.audit_reward(completions, answers) == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    # two candidates pay whenever either is right: the careless answer and the one below it cover the sum when the
+    # teacher's offset is 0 or +1, far more often than one answer does
+    covered = testbed.TEACHER_OFFSETS[0] + testbed.TEACHER_OFFSETS[1]
+    assert covered > 2 * testbed.TEACHER_OFFSETS[0]
+    rng = random.Random(0)
+    rows = [hedge_bias.hedging_answer("99+9=", rng) for _ in range(4000)]
+    hedged = [r for r in rows if " " in r]
+    assert 0.035 < len(hedged) / len(rows) < 0.065
+    assert all(int(a) - int(b) == 1 for a, b in (r.split() for r in hedged))
+    assert max(len(r) for r in rows) + 1 <= hedge_bias.MAX_COMPLETION_LENGTH  # room for the end token
 
 
 def test_the_scratchpad_shows_the_units_column_and_is_then_right():
