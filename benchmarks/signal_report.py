@@ -312,6 +312,55 @@ def validation_z_table(runs, s: dict) -> list[str]:
     return lines
 
 
+#: The audit's rise (``collapse_audit_rise``) and the detector's window (``collapse_detector_window``) replayed: how
+#: early the audit can alarm, and what it costs in false alarms. A sweep to read, not a choice.
+AUDIT_RISES = (0.08, 0.1, 0.15, 0.2)
+AUDIT_WINDOWS = (2, 3, 4, 8)
+
+
+def audit_rise_table(runs, s: dict) -> list[str]:
+    """The audit alone at each (rise, window): its median lag after gold's peak on each kind of hack (hacked vanilla
+    runs; recall in brackets where it misses any), and its false alarms on the runs that held gold (hacked settings,
+    every arm with an audit) and on each healthy setting."""
+    lines = [
+        "| collapse_audit_rise | collapse_detector_window | median alarm - gold's peak: "
+        + ", ".join(HACKED)
+        + " | false alarms: hacked settings' runs that held gold | "
+        + " | ".join(HEALTHY)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(HEALTHY),
+    ]
+    for rise in AUDIT_RISES:
+        for window in AUDIT_WINDOWS:
+            at = {**s, "audit": rise, "window": window}
+            lags: dict[str, list[int]] = {name: [] for name in HACKED}
+            hacked = dict.fromkeys(HACKED, 0)
+            false = {name: [0, 0] for name in ("held", *HEALTHY)}
+            for setting in (*HACKED, *HEALTHY):
+                for study_arm in hr.ARMS:
+                    for run in runs.get((setting, study_arm), {}).values():
+                        alarm = replay(run, "audit", at)
+                        if alarm == "missing":
+                            continue
+                        outcome = "held" if setting in HEALTHY else hr.outcome(run, "test")
+                        if setting in HACKED and study_arm == "vanilla" and outcome == "hacked":
+                            hacked[setting] += 1
+                            if alarm is not None:
+                                lags[setting].append(alarm.step - hr.peak_and_halving(run)[0])
+                        elif outcome == "held":
+                            pool = false[setting if setting in HEALTHY else "held"]
+                            pool[0] += alarm is not None
+                            pool[1] += 1
+            medians = ", ".join(
+                (f"{statistics.median(lags[name]):+.0f}" if lags[name] else "-")
+                + ("" if len(lags[name]) == hacked[name] else f" [{len(lags[name])}/{hacked[name]}]")
+                for name in HACKED
+            )
+            cells = " | ".join(f"{a}/{n}" for a, n in false.values())
+            lines.append(f"| {rise:g} | {window} | {medians} | {cells} |")
+    return lines
+
+
 #: Relative rises of the entropy alarm (``collapse_entropy_rise``) replayed for false alarms.
 ENTROPY_RISES = (0.25, 0.5, 1.0)
 
@@ -369,6 +418,11 @@ def report(out: Path) -> str:
             "samples) replayed at several values, the rest as shipped:",
             "",
             *validation_z_table(runs, s),
+            "",
+            "The audit's rise and the detector's window replayed (`collapse_audit_rise` x `collapse_detector_window`, "
+            "the audit alone; shipped: 0.2 and 2), a sweep to read, not a choice:",
+            "",
+            *audit_rise_table(runs, s),
             "",
             *(
                 [

@@ -366,3 +366,11 @@ def test_signal_report_separates_the_families_and_acts_on_independent_signals_by
     lines = signal_report.table(signal_report.hr.load(tmp_path), s)
     assert "| scratchpad (healthy) | shape | - | - | 1/1 |" in "\n".join(lines)
     assert "| scratchpad (healthy) | acting | - | - | 0/1 | 100% (100%) |" in lines
+    # the audit's sweep: gold peaks at 93 (hack_report's test); the trailing mean over w batches of 0.125 ... 0.625
+    # reaches 0.125 + rise at step 109 (w 2: 0.375), 109 / 113 (w 3: 0.292 then 0.458), 109 / 113 (w 4: 0.25, 0.375),
+    # 113 / 117 / 121 (w 8: 0.25, 0.3125, 0.375)
+    rows = signal_report.audit_rise_table(signal_report.hr.load(tmp_path), s)
+    expected = {(0.08, 8): "+20", (0.15, 3): "+16", (0.15, 8): "+24", (0.2, 2): "+16", (0.2, 3): "+20",
+                (0.2, 4): "+20", (0.2, 8): "+28"}  # fmt: skip
+    for (rise, window), lag in expected.items():
+        assert f"| {rise:g} | {window} | -, -, -, -, {lag}, - | 0/0 | 0/1 | 0/0 | 0/0 |" in rows
