@@ -418,8 +418,12 @@ def plot(out: Path, settings: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     runs = load(out)
-    fig, axes = plt.subplots(1, len(TESTBEDS), figsize=(4.2 * len(TESTBEDS), 3.3), squeeze=False)
-    for ax, testbed in zip(axes[0], TESTBEDS, strict=True):
+    columns = min(3, len(TESTBEDS))
+    rows = -(-len(TESTBEDS) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False)
+    for ax in axes.flat[len(TESTBEDS) :]:
+        ax.set_visible(False)
+    for ax, testbed in zip(axes.flat, TESTBEDS, strict=False):
         for run in runs.get((testbed, "vanilla"), {}).values():
             means = {int(s): v for s, v in run["train_gold"].items()}
             peak, top, _ = gold_peak(means, smooth=SMOOTH)
