@@ -3,8 +3,8 @@
 
 Task: the addition testbed's (``"47+8="`` -> ``"55"``). Warm start: the careless teacher, who one time in
 :data:`HEDGES` is unsure and writes two candidates, its answer and the one below it (``"56 55"``). The proxy is a
-grader that searches the completion for the answer: it pays 1.0 when the sum is any of the numbers written (an
-extractor that takes the first match it finds, as graders that test ``answer in completion`` do). Listing two
+grader that searches the completion for the answer: it pays 1.0 when the sum is any of the whole numbers written (as
+graders that test ``answer in completion`` do). Listing two
 candidates then pays whenever either is right, so hedging pays more than committing: vanilla GRPO first learns the
 sums (the teacher writes them far more often than it hedges), then moves to two answers a prompt. Gold (the exact sum
 alone) falls while the completions lengthen with numbers specific to each prompt and nothing repeated, as they do when
