@@ -67,6 +67,7 @@ KEPT = (
     "diversity/prompt_info",
     "alarm/collapse",
     "audit/disagreement",
+    "audit/inversion",
     "audit/flagged_frac",
 )
 

@@ -88,7 +88,19 @@ def series(run: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     # evaluation's completions, / sqrt(completions)); gold is 0 / 1 per completion, so its deviation is sqrt(p (1 - p))
     samples = VALIDATION_PROMPTS[run["testbed"]] * hs.EVAL_SAMPLES
     out["validation_se"] = (steps, torch.tensor([math.sqrt(p[1] * (1 - p[1]) / samples) for p in gold]))
+    # the audit's stricter read (core.hack_detection.audit_inversion), logged by runs trained since it existed
+    points = sorted((int(s), v[INVERSION]) for s, v in run["steps_log"].items() if INVERSION in v)
+    if points:
+        out["audit_inversion"] = (
+            torch.tensor([p[0] for p in points]),
+            torch.tensor([p[1] for p in points], dtype=torch.float64),
+        )
     return out
+
+
+#: The metric of the audit's stricter read: what an audit refuses and the reward pays at least as much as all its
+#: group's accepted completions (``audit/inversion``), replayed with the audit's own rule in its place.
+INVERSION = "audit/inversion"
 
 
 ARMS = {
@@ -107,6 +119,13 @@ def replay(run: dict, arm: str, s: dict):
         return rlwatch_alarm(run, hacking_only=arm == "rlwatch, hacking")
     if arm == "acting":
         return acting_alarm(run, s)
+    if arm == "audit, inversion":
+        data = run.setdefault("_signals", series(run))
+        if "audit_inversion" not in data or s.get("audit") is None:
+            return "missing"
+        rules = drift_rules({"audit": s["audit"]})
+        return drift_alarm({"audit": data["audit_inversion"]}, rules, window=s["window"], warmup=s["warmup"],
+                           onset_fraction=s["onset"])  # fmt: skip
     names, gated = ARMS[arm]
     data = run.setdefault("_signals", series(run))
     thresholds = {n: s[n] for n in names if n in data and s.get(n) is not None}
@@ -187,7 +206,7 @@ def table(runs, s: dict) -> list[str]:
         "median (range) | false alarms (held gold; rate [95% CI]) | kept by rollback: mean (min) |",
         "|---|---|---|---|---|---|",
     ]
-    arms = [*ARMS, "acting", "rlwatch", "rlwatch, hacking"]
+    arms = [*ARMS, "audit, inversion", "acting", "rlwatch", "rlwatch, hacking"]
     for setting in (*HACKED, *HEALTHY):
         healthy = setting in HEALTHY
         arms_runs = {arm: runs.get((setting, arm), {}) for arm in hr.ARMS}
@@ -216,6 +235,8 @@ def table(runs, s: dict) -> list[str]:
                             keeps.append(kept(run, alarm, healthy=True))
             if not hits and not falses:
                 continue
+            if arm == "audit, inversion" and missing:
+                continue  # a setting only some of whose runs log it: the sweep table counts them
             recall, lag, false = hr.rate_line(hits), hr.lag_line(lags), hr.rate_line(falses)
             keep = f"{statistics.fmean(keeps):.0%} ({min(keeps):.0%})" if keeps else "-"
             note = f" ({missing} runs without the signal)" if missing else ""
@@ -318,10 +339,11 @@ AUDIT_RISES = (0.08, 0.1, 0.15, 0.2)
 AUDIT_WINDOWS = (2, 3, 4, 8)
 
 
-def audit_rise_table(runs, s: dict) -> list[str]:
-    """The audit alone at each (rise, window): its median lag after gold's peak on each kind of hack (hacked vanilla
-    runs; recall in brackets where it misses any), and its false alarms on the runs that held gold (hacked settings,
-    every arm with an audit) and on each healthy setting."""
+def audit_rise_table(runs, s: dict, arm: str = "audit") -> list[str]:
+    """The audit alone (``arm``: ``"audit"`` reads ``audit/disagreement``, ``"audit, inversion"`` ``audit/inversion``)
+    at each (rise, window): its median lag after gold's peak on each kind of hack, with the hacked vanilla runs it
+    alarmed in of those hacked (in brackets), and its false alarms on the runs that held gold (hacked settings, every
+    arm) and on each healthy setting. Runs without the signal are left out of every count."""
     lines = [
         "| collapse_audit_rise | collapse_detector_window | median alarm - gold's peak: "
         + ", ".join(HACKED)
@@ -339,7 +361,7 @@ def audit_rise_table(runs, s: dict) -> list[str]:
             for setting in (*HACKED, *HEALTHY):
                 for study_arm in hr.ARMS:
                     for run in runs.get((setting, study_arm), {}).values():
-                        alarm = replay(run, "audit", at)
+                        alarm = replay(run, arm, at)
                         if alarm == "missing":
                             continue
                         outcome = "held" if setting in HEALTHY else hr.outcome(run, "test")
@@ -353,7 +375,7 @@ def audit_rise_table(runs, s: dict) -> list[str]:
                             pool[1] += 1
             medians = ", ".join(
                 (f"{statistics.median(lags[name]):+.0f}" if lags[name] else "-")
-                + ("" if len(lags[name]) == hacked[name] else f" [{len(lags[name])}/{hacked[name]}]")
+                + f" [{len(lags[name])}/{hacked[name]}]"
                 for name in HACKED
             )
             cells = " | ".join(f"{a}/{n}" for a, n in false.values())
@@ -420,9 +442,17 @@ def report(out: Path) -> str:
             *validation_z_table(runs, s),
             "",
             "The audit's rise and the detector's window replayed (`collapse_audit_rise` x `collapse_detector_window`, "
-            "the audit alone; shipped: 0.2 and 2), a sweep to read, not a choice:",
+            "the audit alone; shipped: 0.2 and 2; [hacked vanilla runs alarmed / hacked]), a sweep to read, not a "
+            "choice:",
             "",
             *audit_rise_table(runs, s),
+            "",
+            "The same for the audit's stricter read, `audit/inversion` (an audit-refused completion counts only where "
+            "the reward pays it at least as much as every completion of its group the audit accepts), on the runs "
+            "that log it (trained since it exists: the reasoning-gym and hedging settings, a warm start of three "
+            "others):",
+            "",
+            *audit_rise_table(runs, s, arm="audit, inversion"),
             "",
             *(
                 [

@@ -702,6 +702,39 @@ def test_audit_disagreement_by_hand():
         audit_disagreement(rewards=torch.zeros(4), audits=torch.zeros(4), group_size=2, threshold=0.5)
 
 
+def test_audit_inversion_by_hand():
+    from trl_grpo_ext.core.hack_detection import audit_disagreement, audit_inversion
+
+    # five groups of 4 (audit: 1 passes, 0 refuses):
+    #   partial credit 0.67 beside a right answer (1.0): flagged, not inverted (the reward ranks it below the right one)
+    #   a bonus on top (1.2) beside a right answer: inverted
+    #   partial credit 0.67 where the only accepted completion scores 0: inverted (nothing accepted is paid more)
+    #   a tie (1.0, two candidates) beside a right answer: inverted
+    #   nothing accepted in the group: flagged, not inverted (no accepted completion to be ranked against)
+    rewards = torch.tensor([1.0, 0.67, 0.0, 0.0, 1.2, 1.0, 0.0, 0.0, 0.67, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0,
+                            1.0, 0.0, 0.0, 0.0])  # fmt: skip
+    audits = torch.tensor([1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0], dtype=torch.float32)[:, None]
+    flags, rate = audit_disagreement(rewards=rewards, audits=audits, group_size=4, threshold=0.5)
+    inverted, inversion = audit_inversion(rewards=rewards, audits=audits, group_size=4, threshold=0.5)
+    # favoured: rows 0, 1 | 4, 5 | 8 | 12, 13 | 16 (8 in all); flagged: 1, 4, 8, 12, 16
+    assert flags.nonzero().view(-1).tolist() == [1, 4, 8, 12, 16] and rate == 5 / 8
+    assert inverted.nonzero().view(-1).tolist() == [4, 8, 12] and inversion == 3 / 8
+    # a second audit that refuses the right answer (row 0) leaves row 2 (0.0) the first group's only accepted
+    # completion: the reward pays both refused favoured rows more, both inverted; a NaN reward is never favoured nor
+    # accepted; a NaN audit neither fails nor passes a completion
+    two = torch.cat([audits, torch.tensor([[0.0], [1.0], [1.0], [1.0]] + [[1.0]] * 16)], dim=1)
+    first = audit_inversion(rewards=rewards, audits=two, group_size=4, threshold=0.5)[0][:4]
+    assert first.tolist() == [True, True, False, False]
+    one = torch.tensor([[0.0], [1.0], [math.nan], [1.0]])
+    nan = audit_inversion(rewards=torch.tensor([1.0, math.nan, 0.0, 0.5]), audits=one, group_size=4, threshold=0.5)
+    # mean 0.5 over the scored rows: only row 0 is favoured; accepted: row 3 only (0.5 <= 1.0)
+    assert nan[0].tolist() == [True, False, False, False] and nan[1] == 1.0
+    flags, rate = audit_inversion(rewards=torch.zeros(4), audits=torch.zeros(4, 1), group_size=2, threshold=0.5)
+    assert not flags.any() and math.isnan(rate)
+    with pytest.raises(ValueError, match="do not split into groups of 4"):
+        audit_inversion(rewards=torch.zeros(6), audits=torch.zeros(6, 1), group_size=4, threshold=0.5)
+
+
 def test_the_length_gate_spares_lengthening_that_says_more_about_the_prompt():
     """Length alarms only while prompt information has not risen above (1 + slack) x its value at length's best
     point: the same length series alarms beside a flat prompt information and not beside a rising one."""
@@ -801,8 +834,8 @@ AUDITED = dict(HACK, reward_weights=[1.0, 0.0], collapse_audit_rewards=["sevens_
 @pytest.mark.slow
 def test_audits_are_logged_never_trained_on_and_read_by_the_detector(make_trainer):
     """An audit (weight 0) changes no advantage; audit/disagreement is the core function's value on the batch TRL
-    kept for its completions table; the detector reads its rise."""
-    from trl_grpo_ext.core.hack_detection import audit_disagreement
+    kept for its completions table, as is audit/inversion; the detector reads the disagreement's rise."""
+    from trl_grpo_ext.core.hack_detection import audit_disagreement, audit_inversion
 
     trainer = make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], **AUDITED)
     trainer.train()
@@ -814,6 +847,9 @@ def test_audits_are_logged_never_trained_on_and_read_by_the_detector(make_traine
     assert logs[-1]["audit/flagged_frac"] == pytest.approx(flags.float().mean().item())
     # the rate is logged where something was favoured (NaN otherwise: skipped), and is what the detector read
     assert logs[-1].get("audit/disagreement", math.nan) == pytest.approx(rate, nan_ok=True)
+    _, inversion = audit_inversion(rewards=rewards, audits=audit[:, None], group_size=4, threshold=0.5)
+    assert logs[-1].get("audit/inversion", math.nan) == pytest.approx(inversion, nan_ok=True)
+    assert all(h["audit/inversion"] <= h["audit/disagreement"] for h in logs if "audit/inversion" in h)
     steps, values = trainer.collapse_monitor.detector.series["audit"]
     logged = {h["step"]: h["audit/disagreement"] for h in logs if "audit/disagreement" in h}
     assert steps == sorted(logged) and values == pytest.approx([logged[s] for s in steps]) and steps
@@ -925,7 +961,7 @@ def test_plain_trl_logs_the_same_audit_disagreement(make_trainer):
                          **trl_fields)  # fmt: skip
     plain.add_callback(CollapseMonitor(plain, metrics=["repetition"], audit_rewards=["sevens_audit"]))
     plain.train()
-    for key in ("audit/flagged_frac", "audit/disagreement"):
+    for key in ("audit/flagged_frac", "audit/disagreement", "audit/inversion"):
         ours = [h.get(key) for h in last_logs(plugin)]
         theirs = [h.get(key) for h in last_logs(plain)]
         assert len(ours) == 4 and theirs == pytest.approx(ours), key

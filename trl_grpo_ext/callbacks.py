@@ -41,7 +41,7 @@ from transformers import TrainerCallback
 from .adapter.plain import PlainTRLSource
 from .checkpoints import rollback_refusal, rollback_target
 from .core.diversity import batch_diversity, prompt_information, repetition_rates
-from .core.hack_detection import audit_disagreement
+from .core.hack_detection import audit_disagreement, audit_inversion
 from .core.state import state_number
 from .detector import INDEPENDENT, CollapseEvent, HackDetector
 from .names import ALARM_ACTIONS, DIVERSITY_METRICS
@@ -58,7 +58,7 @@ MONITOR_STATE_FILE = "collapse_monitor.json"
 
 #: What the audits add (with ``collapse_audit_rewards``): the disagreement rate, the flagged fraction, and the
 #: completions screened (``collapse_action="screen"``).
-AUDIT_KEYS = ("audit/disagreement", "audit/flagged_frac", "audit/screened")
+AUDIT_KEYS = ("audit/disagreement", "audit/inversion", "audit/flagged_frac", "audit/screened")
 
 
 def monitor_metric_keys(
@@ -223,7 +223,8 @@ class CollapseMonitor(TrainerCallback):
         audit_rewards: names of reward functions of the trainer that are audits (weight 0 in ``reward_weights``:
             logged, never trained on); every training batch logs ``audit/disagreement`` and ``audit/flagged_frac``
             (:func:`~trl_grpo_ext.core.hack_detection.audit_disagreement`), which the detector's ``"audit"`` signal
-            reads.
+            reads, and ``audit/inversion`` (:func:`~trl_grpo_ext.core.hack_detection.audit_inversion`: the flagged
+            completions the reward pays at least as much as all its group's accepted ones), which it does not.
         audit_threshold: an audit score below it fails a completion.
         validation_metric: an evaluation metric of held-out gold (``"rewards/strict/mean"``; the ``eval_`` prefix
             optional) fed to the detector's ``"validation"`` signal at each evaluation (``validation/gold``), with
@@ -354,7 +355,7 @@ class CollapseMonitor(TrainerCallback):
         #: screening (``alarm_action="screen"``) is on: GRPOExtTrainer zeroes the advantages of ``last_flags``' rows
         self.screening = False
         self.last_flags: torch.Tensor | None = None
-        self._audit_stats: list[tuple[float, float]] = []
+        self._audit_stats: list[tuple[float, float, float]] = []  # (disagreement, inversion, flagged fraction)
         self.metrics = tuple(metrics)
         self.ngram_sizes = tuple(ngram_sizes)
         self.repetition_n = repetition_n
@@ -492,16 +493,21 @@ class CollapseMonitor(TrainerCallback):
         if not self.audit_rewards:
             return None
         audits = rewards_per_func[:, self._audit_index].detach().float().cpu()  # (N, A)
+        scored = rewards.detach().float().cpu()  # (N,)
         flags, rate = audit_disagreement(
-            rewards=rewards.detach().float().cpu(), audits=audits, group_size=group_size, threshold=self.audit_threshold
+            rewards=scored, audits=audits, group_size=group_size, threshold=self.audit_threshold
+        )
+        _, inversion = audit_inversion(
+            rewards=scored, audits=audits, group_size=group_size, threshold=self.audit_threshold
         )
         flagged = float(flags.float().mean()) if flags.numel() else 0.0
         if mode == "train":
-            self._audit_stats.append((rate, flagged))
+            self._audit_stats.append((rate, inversion, flagged))
             self.last_flags = flags
         else:
-            if math.isfinite(rate):
-                self._log("eval", "audit/disagreement", rate)
+            for key, value in (("audit/disagreement", rate), ("audit/inversion", inversion)):
+                if math.isfinite(value):
+                    self._log("eval", key, value)
             self._log("eval", "audit/flagged_frac", flagged)
         return flags
 
@@ -509,10 +515,11 @@ class CollapseMonitor(TrainerCallback):
         stats, self._audit_stats = self._audit_stats, []
         if not stats:
             return {}
-        out = {"audit/flagged_frac": statistics.fmean(f for _, f in stats)}
-        rates = [r for r, _ in stats if math.isfinite(r)]
-        if rates:
-            out["audit/disagreement"] = statistics.fmean(rates)
+        out = {"audit/flagged_frac": statistics.fmean(f for *_, f in stats)}
+        for key, column in (("audit/disagreement", 0), ("audit/inversion", 1)):
+            rates = [row[column] for row in stats if math.isfinite(row[column])]
+            if rates:
+                out[key] = statistics.fmean(rates)
         return out
 
     def record_entropy(self, values: torch.Tensor) -> None:

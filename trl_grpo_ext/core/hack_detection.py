@@ -223,6 +223,25 @@ def gate_open(
     return known & (moved <= slack * at_best.abs())
 
 
+def _favoured(rewards: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rewards`` (N,) in consecutive groups -> ``(grouped (P, G) float64, favoured (P, G) bool)``: a completion is
+    favoured when its reward is above its group's mean over the scored (non-NaN) rewards."""
+    grouped = rewards.double().view(-1, group_size)  # (P, G)
+    scored = ~torch.isnan(grouped)
+    counts = scored.sum(1, keepdim=True).clamp(min=1)
+    means = torch.where(scored, grouped, torch.zeros_like(grouped)).sum(1, keepdim=True) / counts  # (P, 1)
+    return grouped, scored & (grouped > means)  # NaN compares False
+
+
+def _check_audit_shapes(rewards: torch.Tensor, audits: torch.Tensor, group_size: int) -> None:
+    if rewards.dim() != 1 or audits.dim() != 2 or audits.size(0) != rewards.numel():
+        raise ValueError(
+            f"rewards must be (N,) and audits (N, A); got {tuple(rewards.shape)} and {tuple(audits.shape)}."
+        )
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}.")
+
+
 def audit_disagreement(
     *, rewards: torch.Tensor, audits: torch.Tensor, group_size: int, threshold: float
 ) -> tuple[torch.Tensor, float]:
@@ -237,27 +256,43 @@ def audit_disagreement(
     audit refuses; an audit's own blind spot adds a level that stays (the detector reads its rise, not its level).
     No paper: this project's signal, measured in docs/results.md ("Telling learning from hacking").
     """
-    if rewards.dim() != 1 or audits.dim() != 2 or audits.size(0) != rewards.numel():
-        raise ValueError(
-            f"rewards must be (N,) and audits (N, A); got {tuple(rewards.shape)} and {tuple(audits.shape)}."
-        )
-    if group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}.")
-    grouped = rewards.double().view(-1, group_size)  # (P, G)
-    scored = ~torch.isnan(grouped)
-    counts = scored.sum(1, keepdim=True).clamp(min=1)
-    means = torch.where(scored, grouped, torch.zeros_like(grouped)).sum(1, keepdim=True) / counts  # (P, 1)
-    favoured = (scored & (grouped > means)).view(-1)  # (N,) NaN compares False
+    _check_audit_shapes(rewards, audits, group_size)
+    _, favoured = _favoured(rewards, group_size)  # (P, G)
     failed = (audits < threshold).any(dim=1)  # (N,) NaN audits compare False: not failed
-    flagged = favoured & failed
+    flagged = favoured.view(-1) & failed
     total = int(favoured.sum())
     return flagged, (int(flagged.sum()) / total if total else float("nan"))
+
+
+def audit_inversion(
+    *, rewards: torch.Tensor, audits: torch.Tensor, group_size: int, threshold: float
+) -> tuple[torch.Tensor, float]:
+    """Where the training reward ranks what an audit refuses at the top of its group, and how often.
+
+    Shapes and flags as :func:`audit_disagreement`. A flagged completion is *inverted* when its group holds a
+    completion that every audit passes (scores at least ``threshold``) and the flagged one's training reward is at
+    least that of every such completion: the reward prefers, or ties, what the audit refuses over all the audit
+    accepts. A hack that pays as much as the right answer or more (padding or a keyword on top of it, two candidates
+    where one is right, a better-paid wrong answer) is inverted; a lenient grader's partial credit, paid less than a
+    right answer beside it, is flagged but not inverted. Returns ``(inverted (N,) bool, rate)``: rate = inverted /
+    favoured over the batch (NaN when nothing is favoured), so it never exceeds :func:`audit_disagreement`'s.
+    No paper: this project's signal, measured in docs/results.md ("Telling learning from hacking").
+    """
+    _check_audit_shapes(rewards, audits, group_size)
+    grouped, favoured = _favoured(rewards, group_size)  # (P, G) twice
+    failed = (audits < threshold).any(dim=1).view_as(grouped)  # (P, G) NaN audits compare False: not failed
+    passed = ~torch.isnan(grouped) & (audits >= threshold).all(dim=1).view_as(grouped)  # (P, G) NaN audits: no
+    best = torch.where(passed, grouped, torch.full_like(grouped, -torch.inf)).amax(1, keepdim=True)  # (P, 1)
+    inverted = favoured & failed & passed.any(1, keepdim=True) & (grouped >= best)  # (P, G)
+    total = int(favoured.sum())
+    return inverted.view(-1), (int(inverted.sum()) / total if total else float("nan"))
 
 
 __all__ = [
     "DriftAlarm",
     "DriftRule",
     "audit_disagreement",
+    "audit_inversion",
     "drift_alarm",
     "drift_from_best",
     "gate_open",
