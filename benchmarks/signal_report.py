@@ -449,8 +449,8 @@ def report(out: Path) -> str:
             "",
             "The same for the audit's stricter read, `audit/inversion` (an audit-refused completion counts only where "
             "the reward pays it at least as much as every completion of its group the audit accepts), on the runs "
-            "that log it (trained since it exists: the reasoning-gym and hedging settings, a warm start of three "
-            "others):",
+            "that log it (trained since it exists: the reasoning-gym, hedging and round-answer settings, a warm start "
+            "of two others):",
             "",
             *audit_rise_table(runs, s, arm="audit, inversion"),
             "",
