@@ -32,10 +32,10 @@ Flags given without ``--config`` apply on top of the embedded default (``--max_s
 
 from __future__ import annotations
 
+import argparse
 import gc
 import hashlib
 import importlib
-import itertools
 import json
 import os
 import statistics
@@ -776,16 +776,15 @@ def print_summary(summary: dict, output_dir: str) -> None:
 def import_extensions(argv: list[str]) -> list[str]:
     """Import the modules ``--ext_import`` names, on the command line or in the ``--config`` YAML, before the parser
     reads the switches (a switch's valid values are the names registered when it parses). Returns their names."""
-    names: list[str] = []
-    for i, arg in enumerate(argv):
-        if arg in ("--ext_import", "--ext-import"):
-            names += itertools.takewhile(lambda a: not a.startswith("--"), argv[i + 1 :])
-        elif arg.startswith(("--ext_import=", "--ext-import=")):
-            names.append(arg.split("=", 1)[1])
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # the two flags alone; the rest parses later
+    early.add_argument("--ext_import", "--ext-import", nargs="*", action="extend", default=[])
+    early.add_argument("--config")
+    known, _ = early.parse_known_args(argv)
+    names: list[str] = list(known.ext_import)
+    if known.config:
         import yaml
 
-        with open(argv[argv.index("--config") + 1], encoding="utf-8") as f:
+        with open(known.config, encoding="utf-8") as f:
             listed = (yaml.safe_load(f) or {}).get("ext_import") or []
         names += [listed] if isinstance(listed, str) else list(listed)
     for name in names:
