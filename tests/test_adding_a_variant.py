@@ -3,9 +3,11 @@
 The test does what the page says in a copy of the package and its docs: a token clip as a new module of
 ``trl_grpo_ext/families/``, its docs page and its row in docs/index.md's families table: three files. The switch's
 values are its registry's names (no ``Literal`` to extend: ``--help`` and the parser read the registry). A variant with
-a parameter adds its field to the family's config section (config/token_clip.py), a fourth file. With the edits the
-registry tests pass in the copy (the member trains and logs its metric, ``--help`` lists it, its page is linked);
-leaving out any one of them fails one of those tests. Nothing in trainer.py or families/__init__.py is touched.
+a parameter declares it in its module, in its ``Args`` with a default and help: still three files (the config composes
+the built-in members' parameters, ``config.members``); the test checks ``--help``, the docstring, the command line
+and the config's number check reach it and the member reads its value. With the edits the registry tests pass in the
+copy (the member trains and logs its metric, ``--help`` lists it, its page is linked); leaving out any one of them
+fails one of those tests. Nothing in trainer.py, families/__init__.py or config/ is touched.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class ZeroGuard(TokenClipBase):
 #: The same member with one parameter, ``zero_guard_margin``: how far the log-ratio must have moved.
 MODULE_WITH_PARAMETER = '''"""``token_clip: zero_guard``: detach tokens moved against their advantage by a margin."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -53,7 +55,9 @@ class ZeroGuard(TokenClipBase):
 
     @dataclass(frozen=True)
     class Args(TokenClipBase.Args):
-        zero_guard_margin: float
+        zero_guard_margin: float = field(
+            default=0.0, metadata={"help": "How far a token's log-ratio must have moved for zero_guard to detach it."}
+        )
 
     args: Args
 
@@ -64,13 +68,6 @@ class ZeroGuard(TokenClipBase):
         return torch.where(chosen, logps.detach(), logps), {"zero_guard/detached_frac": float(chosen.float().mean())}
 '''
 PAGE = "# Zero guard\n\n`token_clip: zero_guard` detaches the tokens whose ratio moved against their advantage.\n"
-FIELD = """    zero_guard_margin: float = field(
-        default=0.0, metadata={"help": "How far a token's log-ratio must have moved for zero_guard to detach it."}
-    )
-"""
-FIELD_DOC = """        zero_guard_margin (`float`, *optional*, defaults to `0.0`):
-            How far a token's log-ratio must have moved for `"zero_guard"` to detach it.
-"""
 
 
 def _copy(tmp: Path) -> Path:
@@ -86,7 +83,7 @@ def _copy(tmp: Path) -> Path:
 
 
 def _edit(repo: Path, skip: str | None, *, parameter: bool) -> None:
-    """The edits the page names (with ``parameter``, the config field too), but ``skip``."""
+    """The edits the page names, but ``skip`` (with ``parameter``, the module declares it: no other file changes)."""
     if skip != "module":
         module = MODULE_WITH_PARAMETER if parameter else MODULE
         (repo / "trl_grpo_ext" / "families" / "zero_guard.py").write_text(module)
@@ -100,12 +97,6 @@ def _edit(repo: Path, skip: str | None, *, parameter: bool) -> None:
         pages = pages[: -len(" |")] + ", [zero guard](zero_guard.md) |"
         new_row = " | ".join([switch, values + ', `"zero_guard"`', pages])
         index.write_text(text.replace(row, new_row))
-    if parameter and skip != "field":
-        config = repo / "trl_grpo_ext" / "config" / "token_clip.py"
-        text = config.read_text()
-        anchor, doc_anchor = "    token_clip_scope: Literal", "        clip_cov_ratio (`float`"
-        assert anchor in text and doc_anchor in text, "config/token_clip.py changed: update this test"
-        config.write_text(text.replace(anchor, FIELD + anchor).replace(doc_anchor, FIELD_DOC + doc_anchor))
 
 
 def _run(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -117,8 +108,32 @@ def _run(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 CASES = [
     *[(False, skip) for skip in (None, "module", "page", "index")],
-    *[(True, skip) for skip in (None, "field")],
+    (True, None),
 ]
+
+#: With the parameter: ``--help`` documents it, the config and the command line set it, and the member reads the value.
+PARAMETER_CHECK = """
+import dataclasses, io, contextlib
+from trl import TrlParser
+from trl_grpo_ext import GRPOExtConfig
+from trl_grpo_ext.families import TOKEN_CLIPS
+from trl_grpo_ext.families.base import member_args
+help_text = io.StringIO()
+with contextlib.redirect_stdout(help_text), contextlib.suppress(SystemExit):
+    TrlParser((GRPOExtConfig,)).parse_args_and_config(["--help"])
+assert "--zero_guard_margin" in help_text.getvalue() and "log-ratio must have moved" in help_text.getvalue()
+assert "zero_guard_margin (`float`, *optional*, defaults to `0.0`)" in GRPOExtConfig.__doc__
+argv = ["--output_dir", "out", "--use_cpu", "--token_clip", "zero_guard", "--zero_guard_margin", "0.25"]
+(config,) = TrlParser((GRPOExtConfig,)).parse_args_and_config(argv)
+assert member_args(config, TOKEN_CLIPS.get("zero_guard")).zero_guard_margin == 0.25
+try:
+    GRPOExtConfig(output_dir="out", use_cpu=True, token_clip="zero_guard", zero_guard_margin="0.1")
+except ValueError as error:
+    assert "zero_guard_margin" in str(error), error
+else:
+    raise AssertionError("a string margin was accepted")
+print("PARAMETER OK")
+"""
 
 
 @pytest.mark.slow
@@ -126,7 +141,7 @@ CASES = [
 def test_a_built_in_variant_needs_exactly_the_edits_the_page_names(tmp_path, parameter, skip):
     page = (ROOT / "docs" / "index.md").read_text()
     section = " ".join(page[page.index("## Adding a variant") : page.index("## Pure functions")].split())
-    assert "touches three files" in section and "a fourth" in section  # the counts this test holds the page to
+    assert "touches three files" in section and "fourth" not in section  # the count this test holds the page to
     repo = _copy(tmp_path)
     _edit(repo, skip, parameter=parameter)
     where = _run(repo, "-c", "import trl_grpo_ext; print(trl_grpo_ext.__file__)")
@@ -134,6 +149,9 @@ def test_a_built_in_variant_needs_exactly_the_edits_the_page_names(tmp_path, par
     selected = "config_choices or docs_page or declares_metrics or zero_guard"  # docs_page: both ways
     run = _run(repo, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_registry.py", "-k", selected)
     report = run.stdout[-4000:] + run.stderr[-2000:]
+    if parameter:
+        checked = _run(repo, "-c", PARAMETER_CHECK)
+        assert "PARAMETER OK" in checked.stdout, checked.stdout[-3000:] + checked.stderr[-3000:]
     if skip is None:
         assert run.returncode == 0, report
         assert "test_every_registered_member_trains_and_logs_its_metrics[token_clip=zero_guard] PASSED" in run.stdout

@@ -84,7 +84,7 @@ def test_a_constructor_the_trainer_cannot_call_is_refused():
     assert not {"no_host_clip", "old_style_clip", "unknown_service_clip", "catch_all_clip"} & set(TOKEN_CLIPS.names())
 
 
-def test_a_members_args_must_be_a_frozen_dataclass_of_its_bases_without_defaults_and_real_fields():
+def test_a_members_args_must_be_a_frozen_dataclass_of_its_bases_with_documented_defaults_and_real_fields():
     with pytest.raises(
         MemberContractError, match=r"Old\.config_fields is no longer read.*class Args\(Extension\.Args\)"
     ):
@@ -117,7 +117,7 @@ def test_a_members_args_must_be_a_frozen_dataclass_of_its_bases_without_defaults
             def modify_logps(self, logps, ctx):
                 return logps
 
-    with pytest.raises(MemberContractError, match=r"Default\.Args gives \['temperature'\] a default"):
+    with pytest.raises(MemberContractError, match=r"Default\.Args gives \['temperature'\] a default but no help"):
 
         @TOKEN_CLIPS.register("default_clip")
         class Default(Extension):
@@ -153,6 +153,77 @@ def test_a_members_args_must_be_a_frozen_dataclass_of_its_bases_without_defaults
         WithTemprature(output_dir="unused", use_cpu=True, bf16=False, token_clip="typo_clip")
     finally:
         TOKEN_CLIPS.unregister("typo_clip")
+
+
+def _parameter_clip(default=0.5, help="How warm.", module=None):
+    """A token clip whose ``Args`` declares one parameter, ``warmth``; ``module``: where it claims to live."""
+
+    class Warm(Extension):
+        @dataclasses.dataclass(frozen=True)
+        class Args(Extension.Args):
+            warmth: float = dataclasses.field(default=default, metadata={"help": help})
+
+        args: Args
+
+        def modify_logps(self, logps, ctx):
+            return logps
+
+    if module is not None:
+        Warm.__module__ = module
+    return Warm
+
+
+def test_the_package_members_parameters_are_config_fields_and_a_users_are_not():
+    """A field of a member's ``Args`` with a default and help is its parameter: for the package's members the config
+    composes it (``config.members``: type, default, help, docstring); a member from elsewhere is left out (the config's
+    fields never depend on what was imported first), and two members declaring one name differently are refused."""
+    from trl_grpo_ext.config.members import member_parameters, parameters_section
+
+    inside = ('token_clip="warm"', _parameter_clip(module="trl_grpo_ext.families.warm"))
+    outside = ('token_clip="my_warm"', _parameter_clip(module="my_pkg.clips"))
+    again = ('token_clip="warm_too"', _parameter_clip(module="trl_grpo_ext.families.warm_too"))
+    found = member_parameters([inside, outside, again])
+    assert list(found) == ["warmth"] and found["warmth"][0] is float
+    assert found["warmth"][2] == ['token_clip="warm"', 'token_clip="warm_too"']
+    section = parameters_section([inside, outside])
+    (field,) = dataclasses.fields(section)
+    assert (field.name, field.default, field.metadata["help"]) == ("warmth", 0.5, "How warm.")
+    assert section().warmth == 0.5 and section.__module__ == "trl_grpo_ext.config.members"
+    assert "warmth (`float`, *optional*, defaults to `0.5`):" in section.__doc__
+    assert 'How warm. (A parameter of `token_clip="warm"`.)' in section.__doc__
+    assert dataclasses.fields(parameters_section([outside])) == () and parameters_section([outside]).__doc__ == ""
+    other = ('token_clip="warmer"', _parameter_clip(default=0.25, module="trl_grpo_ext.families.warmer"))
+    with pytest.raises(MemberContractError, match=r"both declare the parameter 'warmth', with a different type"):
+        member_parameters([inside, other])
+    with pytest.raises(MemberContractError, match=r"gives 'warmth', a field the config already has, a default"):
+        member_parameters([inside], taken={"warmth", "beta"})
+    # the shipped config: DPPO's parameters, declared by the member, are its fields with the member's defaults
+    dppo = {f.name: f.default for f in dataclasses.fields(GRPOExtConfig) if f.name.startswith("dppo_")}
+    assert dppo == {"dppo_divergence": "tv", "dppo_delta_low": 0.2, "dppo_delta_high": 0.2, "dppo_log_ratio_coef": 0.0}
+    assert '`token_clip="dppo"`' in GRPOExtConfig.__doc__
+
+
+def test_a_users_member_with_a_parameter_runs_on_a_config_that_declares_it_with_the_same_default():
+    TOKEN_CLIPS.register("warm_clip")(_parameter_clip())
+    try:
+        with pytest.raises(MemberContractError, match=r"Warm\.Args declares \['warmth'\].*subclass GRPOExtConfig"):
+            GRPOExtConfig(output_dir="unused", use_cpu=True, bf16=False, token_clip="warm_clip")
+
+        @dataclasses.dataclass
+        class Colder(GRPOExtConfig):
+            warmth: float = 0.1
+
+        with pytest.raises(MemberContractError, match=r"gives 'warmth' the default 0\.5, but Colder's is 0\.1"):
+            Colder(output_dir="unused", use_cpu=True, bf16=False, token_clip="warm_clip")
+
+        @dataclasses.dataclass
+        class Warm(GRPOExtConfig):
+            warmth: float = 0.5
+
+        config = Warm(output_dir="unused", use_cpu=True, bf16=False, token_clip="warm_clip", warmth=0.75)
+        assert member_args(config, TOKEN_CLIPS.get("warm_clip")).warmth == 0.75
+    finally:
+        TOKEN_CLIPS.unregister("warm_clip")
 
 
 def test_a_member_implementing_none_of_its_familys_hooks_is_refused():

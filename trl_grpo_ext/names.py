@@ -3,12 +3,14 @@ class): the config package reads them here instead of importing the families, th
 
 - the family registries (:data:`FAMILIES`): empty until ``trl_grpo_ext.families`` registers the built-in members;
   a switch's valid values are its registry's names (the config's parser choices read them);
+- what makes a member's ``Args`` field its own parameter (:func:`is_parameter`), which the config composes;
 - the collapse monitor's metric names and alarm actions;
 - the TRL version the plugin's copies come from, and the loss types whose aggregation they copy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
@@ -45,6 +47,17 @@ DIVERSITY_METRICS = ("distinct", "self_bleu", "repetition", "unique", "prompt_in
 #: What the collapse alarm may do: the type of ``collapse_action`` and the monitor's check, written once.
 AlarmAction = Literal["warn", "save", "stop", "rollback", "screen"]
 ALARM_ACTIONS: tuple[str, ...] = get_args(AlarmAction)
+
+
+def is_parameter(f: dataclasses.Field) -> bool:
+    """Whether a member's ``Args`` field is its own parameter (it has a default; ``trl_grpo_ext.config.members`` makes
+    the package's members' parameters config fields) rather than a config field it reads."""
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def parameter_default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default (its factory's value for a ``default_factory``)."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 class MemberContractError(ValueError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..families import check_selection
+from ..families import check_selection  # imports every member: .fields composes the package's members' parameters
 from ..names import FAMILIES, registry_for
 from .fields import *  # noqa: F403  (the flat fields, the sections and their helpers: fields.__all__)
 from .fields import GRPOExtFields

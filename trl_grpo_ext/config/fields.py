@@ -18,11 +18,12 @@ from typing import Literal
 
 from trl import GRPOConfig
 
-from ..names import FAMILIES, KNOWN_LOSS_TYPES, TRL_VERSION, registry_for
+from ..names import FAMILIES, KNOWN_LOSS_TYPES, OBSERVERS, TRL_VERSION, registry_for
 from .advantage import AdvantageConfig
 from .checkpoint import CheckpointConfig
 from .entropy_control import AEPO_0_1_0, EntropyControlConfig
 from .kl_control import KLControlConfig
+from .members import parameters_section
 from .monitor import MonitorConfig
 from .prm import PRMConfig
 from .sample_filter import SampleFilterConfig
@@ -41,6 +42,7 @@ __all__ = [
     "EntropyControlConfig",
     "GRPOExtFields",
     "KLControlConfig",
+    "MemberParametersConfig",
     "MonitorConfig",
     "PRMConfig",
     "SampleFilterConfig",
@@ -62,8 +64,8 @@ TRL_FIELD_BOUNDS: dict[str, tuple] = {
     ),
 }
 
-#: The families' config sections, in the order GRPOExtConfig's docstring and checks list them.
-SECTIONS = (
+#: The families' sections, each in its module of this package.
+_FAMILY_SECTIONS = (
     AdvantageConfig,
     PRMConfig,
     TokenClipConfig,
@@ -74,12 +76,31 @@ SECTIONS = (
     CheckpointConfig,
 )
 
+#: The built-in members' own parameters (config.members): one field per ``Args`` field with a default and help. The
+#: registries hold the package's members here: this module is imported through ``trl_grpo_ext.config``, whose
+#: ``__init__`` imports ``trl_grpo_ext.families`` (every member module) first.
+MemberParametersConfig = parameters_section(
+    (
+        (f'{switch}="{name}"', registry.get(name))
+        for switch, registry in {**FAMILIES, "observer": OBSERVERS}.items()
+        for name in registry.names()
+    ),
+    taken={f.name for section in _FAMILY_SECTIONS for f in dataclasses.fields(section)}
+    | {f.name for f in dataclasses.fields(GRPOConfig)},
+)
+
+#: The config sections, in the order GRPOExtConfig's docstring and checks list them: the families', then the
+#: built-in members' parameters.
+SECTIONS = (*_FAMILY_SECTIONS, MemberParametersConfig)
+
 
 # The base order decides the positional order of the fields: dataclasses collect fields along the reversed MRO, so
 # GRPOConfig goes last here and its fields come first, in its own order (``GRPOExtConfig("out")`` is
-# ``output_dir="out"``, as for ``GRPOConfig``); the sections follow, from AdvantageConfig to CheckpointConfig.
+# ``output_dir="out"``, as for ``GRPOConfig``); the sections follow, from AdvantageConfig to CheckpointConfig, then
+# the members' parameters.
 @dataclass
 class GRPOExtFields(
+    MemberParametersConfig,  # type: ignore[valid-type,misc]  (made from the members' Args, config.members)
     CheckpointConfig,
     MonitorConfig,
     EntropyControlConfig,

@@ -42,17 +42,6 @@ class TokenClipConfig(ConfigSection):
             Keep TRL's PPO ratio clip (`epsilon`, `epsilon_high`) under KL-Cov. The paper and verl drop it (False).
             With False, a clip you asked for (`epsilon_high`, or `loss_type="cispo"`, whose cap is `epsilon_high`) is
             refused rather than silently dropped: set `kl_cov_ppo_clip=True` to keep it.
-        dppo_divergence (`str`, *optional*, defaults to `"tv"`):
-            DPPO's divergence on the sampled token: `"tv"` (Binary-TV, the probability difference `p - q`) or `"kl"`
-            (Binary-KL between "this token or another" now and at rollout).
-        dppo_delta_low (`float`, *optional*, defaults to `0.2`):
-            Trust-region bound for tokens with A <= 0 (how far their probability may fall, or their binary KL).
-            0.2 is prime-rl's `dppo_mask_low`, verl's and TRL's experimental DPPO's default threshold.
-        dppo_delta_high (`float`, *optional*, defaults to `0.2`):
-            Trust-region bound for tokens with A > 0 (how far their probability may rise, or their binary KL).
-        dppo_log_ratio_coef (`float`, *optional*, defaults to `0.0`):
-            Weight of prime-rl's `(log p - log q)^2` on every loss token beside the DPPO mask (prime-rl's `kl_tau`,
-            1e-3 in its configs); 0 is the paper's and verl's loss.
     """
 
     switches = ("token_clip",)
@@ -95,17 +84,6 @@ class TokenClipConfig(ConfigSection):
         metadata={"help": "Keep TRL's PPO ratio clip under KL-Cov (the paper and verl drop it)."},
     )
 
-    dppo_divergence: Literal["tv", "kl"] = field(
-        default="tv",
-        metadata={"help": "DPPO's divergence on the sampled token: 'tv' (p - q) or 'kl' (binary KL)."},
-    )
-    dppo_delta_low: float = field(default=0.2, metadata={"help": "DPPO's trust-region bound for tokens with A <= 0."})
-    dppo_delta_high: float = field(default=0.2, metadata={"help": "DPPO's trust-region bound for tokens with A > 0."})
-    dppo_log_ratio_coef: float = field(
-        default=0.0,
-        metadata={"help": "Weight of prime-rl's (log p - log q)^2 beside the DPPO mask (its kl_tau; 0: the paper's)."},
-    )
-
     def check(self) -> None:
         for name in ("clip_cov_ratio", "kl_cov_ratio"):
             value = getattr(self, name)
@@ -117,24 +95,6 @@ class TokenClipConfig(ConfigSection):
                 self.clip_cov_lb,
                 f"must be below clip_cov_ub={self.clip_cov_ub}",
                 "use a window such as clip_cov_lb=1, clip_cov_ub=5",
-            )
-        for name in ("dppo_delta_low", "dppo_delta_high"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                _fail(name, value, "must be a finite number > 0", f"e.g. {name}=0.2 (prime-rl's and verl's default)")
-            if self.dppo_divergence == "tv" and value >= 1:
-                _fail(
-                    name,
-                    value,
-                    "a probability difference of 1 or more is never reached: no token would be masked",
-                    f"e.g. {name}=0.2",
-                )
-        if not (math.isfinite(self.dppo_log_ratio_coef) and self.dppo_log_ratio_coef >= 0):
-            _fail(
-                "dppo_log_ratio_coef",
-                self.dppo_log_ratio_coef,
-                "must be a finite number >= 0",
-                "e.g. dppo_log_ratio_coef=1e-3 (prime-rl's kl_tau) or 0 (the paper's loss)",
             )
         if not (math.isfinite(self.kl_cov_coef) and self.kl_cov_coef > 0):
             _fail("kl_cov_coef", self.kl_cov_coef, "must be a finite number > 0", "e.g. kl_cov_coef=1.0 (paper)")

@@ -231,8 +231,10 @@ class Extension:
     class Args:
         """The member's own settings: the config fields it reads, typed as the config types them, copied from the run's
         config when the member is built (frozen). A member reading more declares ``class Args(<its base>.Args)`` with
-        the fields it adds (``@dataclass(frozen=True)``, no defaults: the config's are the only ones) and annotates
-        ``args: Args``, so mypy checks every read; a field no config has is refused when the run is configured."""
+        the fields it adds (``@dataclass(frozen=True)``) and annotates ``args: Args``, so mypy checks every read; a
+        field no config has is refused when the run is configured. A field with a default and ``help`` metadata is
+        the member's own parameter: a config field the config composes for the package's members
+        (``trl_grpo_ext.config.members``)."""
 
         use_bias_correction_kl: bool  # read by trl_kl below
 

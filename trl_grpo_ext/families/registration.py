@@ -20,7 +20,7 @@ import inspect
 from typing import Any
 
 from ..api import FAMILY_INTERFACES, HOOKS
-from ..names import MemberContractError, config_error
+from ..names import MemberContractError, config_error, is_parameter, parameter_default
 
 
 def _signature(parameters: list[str]) -> str:
@@ -68,11 +68,13 @@ def check_member_class(obj: Any, *, family: str, name: str, root: type, services
             f"{where}: {cls}.Args is not a frozen dataclass of its own: a member's settings are read-only. Fix: put "
             "@dataclass(frozen=True) on it."
         )
-    defaulted = [f.name for f in dataclasses.fields(settings) if f.default is not dataclasses.MISSING]
-    if defaulted:
+    undocumented = [f.name for f in dataclasses.fields(settings) if is_parameter(f) and not f.metadata.get("help")]
+    if undocumented:
         raise MemberContractError(
-            f"{where}: {cls}.Args gives {defaulted} a default: the config's default is the only one (a member's "
-            f"Args copies the run's values). Fix: declare them without a default."
+            f"{where}: {cls}.Args gives {undocumented} a default but no help: a field with a default is the member's "
+            "own parameter, a config field whose --help and docs come from it. Fix: declare it as "
+            "`name: float = field(default=..., metadata={'help': '...'})`, or without a default if it is a config "
+            "field the member reads."
         )
     if getattr(obj, "is_off", False):
         return
@@ -196,15 +198,25 @@ def check_selection(args, members: dict[str, Any]) -> None:
     (inherited by its subclasses, so a variant of a built-in keeps the built-in's rules). No rule reads a switch's
     value."""
     selected = [cls for cls in members.values() if not getattr(cls, "is_off", False)]
-    known = {f.name for f in dataclasses.fields(args)}
+    known = {f.name: f for f in dataclasses.fields(args)}
     for switch, member in members.items():
         unknown = sorted(f for f in args_fields(member) if f not in known)
         if unknown:
             raise MemberContractError(
                 f"{switch}={getattr(args, switch)!r}: {member.__name__}.Args declares {unknown}, which are "
                 f"not fields of {type(args).__name__}. Fix: list the fields the member reads by their exact names (a "
-                "field of your own: subclass GRPOExtConfig with it and pass that config as args)."
+                "parameter of a member registered outside trl_grpo_ext: subclass GRPOExtConfig with the field, its "
+                "default and help, and pass that config as args)."
             )
+        for f in filter(is_parameter, dataclasses.fields(member.Args)):
+            theirs = parameter_default(known[f.name])
+            if parameter_default(f) != theirs:
+                raise MemberContractError(
+                    f"{switch}={getattr(args, switch)!r}: {member.__name__}.Args gives {f.name!r} the default "
+                    f"{parameter_default(f)!r}, but {type(args).__name__}'s is {theirs!r}: the member "
+                    "gets the config's value, so its default would mislead. Fix: give both the same default, or "
+                    "drop the member's."
+                )
     if args.prm_model_name_or_path is not None and not any("scoring" in services_of(m) for m in selected):
         raise config_error(
             "prm_model_name_or_path",

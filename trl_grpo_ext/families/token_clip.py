@@ -9,7 +9,9 @@ TRL multiplies into its policy loss (``LossContext.policy_weight``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -254,11 +256,35 @@ class DPPO(TokenClipBase):
     """
 
     @dataclass(frozen=True)
-    class Args(TokenClipBase.Args):  # the config fields it reads
-        dppo_divergence: str
-        dppo_delta_low: float
-        dppo_delta_high: float
-        dppo_log_ratio_coef: float
+    class Args(TokenClipBase.Args):  # its own parameters (config fields of GRPOExtConfig: config.members)
+        dppo_divergence: Literal["tv", "kl"] = field(
+            default="tv",
+            metadata={
+                "help": "DPPO's divergence on the sampled token: 'tv' (Binary-TV, the probability difference p - q) "
+                "or 'kl' (Binary-KL between 'this token or another' now and at rollout)."
+            },
+        )
+        dppo_delta_low: float = field(
+            default=0.2,
+            metadata={
+                "help": "DPPO's trust-region bound for tokens with A <= 0 (how far their probability may fall, or "
+                "their binary KL); 0.2 is prime-rl's dppo_mask_low and verl's default."
+            },
+        )
+        dppo_delta_high: float = field(
+            default=0.2,
+            metadata={
+                "help": "DPPO's trust-region bound for tokens with A > 0 (how far their probability may rise, or "
+                "their binary KL)."
+            },
+        )
+        dppo_log_ratio_coef: float = field(
+            default=0.0,
+            metadata={
+                "help": "Weight of prime-rl's (log p - log q)^2 on every loss token beside the DPPO mask (its kl_tau, "
+                "1e-3 in its configs); 0 is the paper's and verl's loss."
+            },
+        )
 
     args: Args
     metrics = ("dppo/masked_frac", "dppo/masked_high_frac", "dppo/masked_low_frac", "dppo/prob_shift_mean")
@@ -268,6 +294,26 @@ class DPPO(TokenClipBase):
 
     @classmethod
     def check_combination(cls, args, members) -> None:
+        for name in ("dppo_delta_low", "dppo_delta_high"):
+            value = getattr(args, name)
+            if not (math.isfinite(value) and value > 0):
+                raise config_error(
+                    name, value, "must be a finite number > 0", f"e.g. {name}=0.2 (prime-rl's and verl's default)"
+                )
+            if args.dppo_divergence == "tv" and value >= 1:
+                raise config_error(
+                    name,
+                    value,
+                    "a probability difference of 1 or more is never reached: no token would be masked",
+                    f"e.g. {name}=0.2",
+                )
+        if not (math.isfinite(args.dppo_log_ratio_coef) and args.dppo_log_ratio_coef >= 0):
+            raise config_error(
+                "dppo_log_ratio_coef",
+                args.dppo_log_ratio_coef,
+                "must be a finite number >= 0",
+                "e.g. dppo_log_ratio_coef=1e-3 (prime-rl's kl_tau) or 0 (the paper's loss)",
+            )
         require_token_level(
             args, "DPPO's trust region is per token; sequence-level importance sampling has no token ratio to mask"
         )
