@@ -202,6 +202,13 @@ def test_the_package_members_parameters_are_config_fields_and_a_users_are_not():
     assert dppo == {"dppo_divergence": "tv", "dppo_delta_low": 0.2, "dppo_delta_high": 0.2, "dppo_log_ratio_coef": 0.0}
     assert '`token_clip="dppo"`' in GRPOExtConfig.__doc__
 
+    @dataclasses.dataclass
+    class Tighter(GRPOExtConfig):  # a subclass may change a built-in member's default, as any field's
+        dppo_delta_low: float = 0.1
+
+    config = Tighter(output_dir="unused", use_cpu=True, bf16=False, token_clip="dppo", num_iterations=2)
+    assert member_args(config, TOKEN_CLIPS.get("dppo")).dppo_delta_low == 0.1
+
 
 def test_a_users_member_with_a_parameter_runs_on_a_config_that_declares_it_with_the_same_default():
     TOKEN_CLIPS.register("warm_clip")(_parameter_clip())

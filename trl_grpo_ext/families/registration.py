@@ -208,6 +208,8 @@ def check_selection(args, members: dict[str, Any]) -> None:
                 "parameter of a member registered outside trl_grpo_ext: subclass GRPOExtConfig with the field, its "
                 "default and help, and pass that config as args)."
             )
+        if member.__module__.startswith(f"{__name__.split('.', 1)[0]}."):
+            continue  # the package's members' parameters are the config's fields (a subclass may change a default)
         for f in filter(is_parameter, dataclasses.fields(member.Args)):
             theirs = parameter_default(known[f.name])
             if parameter_default(f) != theirs:
