@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import hack_report as hr  # noqa: E402
 import hack_study as hs  # noqa: E402
 
-from trl_grpo_ext.core.hack_detection import drift_alarm  # noqa: E402
+from trl_grpo_ext.core.hack_detection import drift_alarm, trailing_mean  # noqa: E402
 from trl_grpo_ext.detector import GATES, SIGNALS, drift_rules  # noqa: E402
 
 HACKED = ("length_bias", "keyword_bias", "round_bias", "restate_bias", "carry_bias", "hedge_bias")
@@ -383,6 +383,72 @@ def audit_rise_table(runs, s: dict, arm: str = "audit") -> list[str]:
     return lines
 
 
+#: The CUSUM read of the audit (Page 1954): slack k and limit h, in disagreement units.
+CUSUM_SLACKS = (0.02, 0.04, 0.06)
+CUSUM_LIMITS = (0.15, 0.25, 0.4, 0.6)
+#: Measurements the CUSUM's reference (the lowest trailing mean so far) averages.
+CUSUM_REFERENCE = 8
+
+
+def cusum_alarm(steps: torch.Tensor, values: torch.Tensor, *, slack: float, limit: float) -> int | None:
+    """The step at which Page's one-sided CUSUM of ``values`` (the audit disagreement, one per measurement) first
+    reaches ``limit``: S_t = max(0, S_{t-1} + x_t - b_t - slack), with b_t the lowest trailing mean of
+    :data:`CUSUM_REFERENCE` measurements so far (the run's healthiest level: the detector's drawdown reference, as no
+    pre-change mean is known), from the :data:`CUSUM_REFERENCE`-th measurement on; None if it never does. A persistent
+    rise accumulates, a lone spike does not: the change detector a reader would try before a threshold on a
+    trailing mean."""
+    reference = torch.cummin(trailing_mean(values, window=CUSUM_REFERENCE), dim=0).values  # (T,)
+    total = 0.0
+    for t in range(CUSUM_REFERENCE - 1, values.numel()):
+        total = max(0.0, total + float(values[t] - reference[t]) - slack)
+        if total >= limit:
+            return int(steps[t])
+    return None
+
+
+def audit_cusum_table(runs) -> list[str]:
+    """The audit read by :func:`cusum_alarm` at each (slack, limit), in :func:`audit_rise_table`'s columns: its median
+    lag after gold's peak on each kind of hack [alarmed / hacked vanilla runs], its false alarms on the runs that held
+    gold and on each healthy setting."""
+    lines = [
+        "| slack k | limit h | median alarm - gold's peak: "
+        + ", ".join(HACKED)
+        + " | false alarms: hacked settings' runs that held gold | "
+        + " | ".join(HEALTHY)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(HEALTHY),
+    ]
+    for slack in CUSUM_SLACKS:
+        for limit in CUSUM_LIMITS:
+            lags: dict[str, list[int]] = {name: [] for name in HACKED}
+            hacked = dict.fromkeys(HACKED, 0)
+            false = {name: [0, 0] for name in ("held", *HEALTHY)}
+            for setting in (*HACKED, *HEALTHY):
+                for study_arm in hr.ARMS:
+                    for run in runs.get((setting, study_arm), {}).values():
+                        data = run.setdefault("_signals", series(run))
+                        if "audit" not in data:
+                            continue
+                        step = cusum_alarm(*data["audit"], slack=slack, limit=limit)
+                        outcome = "held" if setting in HEALTHY else hr.outcome(run, "test")
+                        if setting in HACKED and study_arm == "vanilla" and outcome == "hacked":
+                            hacked[setting] += 1
+                            if step is not None:
+                                lags[setting].append(step - hr.peak_and_halving(run)[0])
+                        elif outcome == "held":
+                            pool = false[setting if setting in HEALTHY else "held"]
+                            pool[0] += step is not None
+                            pool[1] += 1
+            medians = ", ".join(
+                (f"{statistics.median(lags[name]):+.0f}" if lags[name] else "-")
+                + f" [{len(lags[name])}/{hacked[name]}]"
+                for name in HACKED
+            )
+            cells = " | ".join(f"{a}/{n}" for a, n in false.values())
+            lines.append(f"| {slack:g} | {limit:g} | {medians} | {cells} |")
+    return lines
+
+
 #: Relative rises of the entropy alarm (``collapse_entropy_rise``) replayed for false alarms.
 ENTROPY_RISES = (0.25, 0.5, 1.0)
 
@@ -453,6 +519,13 @@ def report(out: Path) -> str:
             "of two others):",
             "",
             *audit_rise_table(runs, s, arm="audit, inversion"),
+            "",
+            "The audit read by a CUSUM instead (Page 1954: S_t = max(0, S_{t-1} + x_t - b_t - k), alarm at S_t >= h, "
+            f"b_t the lowest trailing mean of {CUSUM_REFERENCE} measurements so far), a sweep to read, not a choice: "
+            "a persistent rise accumulates where a lone spike does not, the change detector one would try before a "
+            "threshold on a trailing mean:",
+            "",
+            *audit_cusum_table(runs),
             "",
             *(
                 [

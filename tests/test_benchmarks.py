@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -375,6 +376,21 @@ def test_signal_report_separates_the_families_and_acts_on_independent_signals_by
     for (rise, window), lag in expected.items():
         cells = f"- [0/0], - [0/0], - [0/0], - [0/0], {lag} [1/1], - [0/0]"
         assert f"| {rise:g} | {window} | {cells} | 0/0 | 0/1 | 0/0 | 0/0 |" in rows
+    # the CUSUM's sweep: reference 0.125, so S = 0.5 - k at step 109 and 1 - 2k at 113
+    rows = signal_report.audit_cusum_table(signal_report.hr.load(tmp_path))
+    for (slack, limit), lag in {
+        (0.02, 0.15): "+16",
+        (0.02, 0.6): "+20",
+        (0.06, 0.4): "+16",
+        (0.06, 0.6): "+20",
+    }.items():
+        cells = f"- [0/0], - [0/0], - [0/0], - [0/0], {lag} [1/1], - [0/0]"
+        assert f"| {slack:g} | {limit:g} | {cells} | 0/0 | 0/1 | 0/0 | 0/0 |" in rows
+    steps = torch.arange(1, 14 * 4, 4)
+    spike = torch.tensor([0.0] * 8 + [0.5] + [0.0] * 5, dtype=torch.float64)  # a lone spike: S = 0.46, then falls
+    persistent = torch.tensor([0.0] * 8 + [0.2] * 6, dtype=torch.float64)  # S = 0.16, 0.32, 0.48, 0.64 (step 45)
+    assert signal_report.cusum_alarm(steps, spike, slack=0.04, limit=0.6) is None
+    assert signal_report.cusum_alarm(steps, persistent, slack=0.04, limit=0.6) == 45
     # the runs log no audit/inversion: the stricter read's sweep has no run to count
     assert all(row.endswith("| 0/0 | 0/0 | 0/0 | 0/0 |") for row in signal_report.audit_rise_table(
         signal_report.hr.load(tmp_path), s, arm="audit, inversion")[2:])  # fmt: skip
