@@ -68,6 +68,7 @@ KEPT = (
     "alarm/collapse",
     "audit/disagreement",
     "audit/inversion",
+    "audit/overpaid",
     "audit/flagged_frac",
 )
 

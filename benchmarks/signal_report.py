@@ -88,19 +88,26 @@ def series(run: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     # evaluation's completions, / sqrt(completions)); gold is 0 / 1 per completion, so its deviation is sqrt(p (1 - p))
     samples = VALIDATION_PROMPTS[run["testbed"]] * hs.EVAL_SAMPLES
     out["validation_se"] = (steps, torch.tensor([math.sqrt(p[1] * (1 - p[1]) / samples) for p in gold]))
-    # the audit's stricter read (core.hack_detection.audit_inversion), logged by runs trained since it existed
-    points = sorted((int(s), v[INVERSION]) for s, v in run["steps_log"].items() if INVERSION in v)
-    if points:
-        out["audit_inversion"] = (
-            torch.tensor([p[0] for p in points]),
-            torch.tensor([p[1] for p in points], dtype=torch.float64),
-        )
+    # the audit's stricter reads (core.hack_detection.audit_inversion, audit_overpaid), logged by runs trained since
+    # each existed
+    for name, key in STRICTER.values():
+        points = sorted((int(s), v[key]) for s, v in run["steps_log"].items() if key in v)
+        if points:
+            out[name] = (
+                torch.tensor([p[0] for p in points]),
+                torch.tensor([p[1] for p in points], dtype=torch.float64),
+            )
     return out
 
 
-#: The metric of the audit's stricter read: what an audit refuses and the reward pays at least as much as all its
-#: group's accepted completions (``audit/inversion``), replayed with the audit's own rule in its place.
-INVERSION = "audit/inversion"
+#: The audit's stricter reads, each replayed with the audit's own rule in its place: arm -> (series, logged metric).
+#: ``audit/inversion``: what an audit refuses and the reward pays at least as much as all its group's accepted
+#: completions; ``audit/overpaid``: what it refuses and the reward pays at least the median of the batch's favoured
+#: accepted ones.
+STRICTER = {
+    "audit, inversion": ("audit_inversion", "audit/inversion"),
+    "audit, overpaid": ("audit_overpaid", "audit/overpaid"),
+}
 
 
 ARMS = {
@@ -119,12 +126,13 @@ def replay(run: dict, arm: str, s: dict):
         return rlwatch_alarm(run, hacking_only=arm == "rlwatch, hacking")
     if arm == "acting":
         return acting_alarm(run, s)
-    if arm == "audit, inversion":
+    if arm in STRICTER:
         data = run.setdefault("_signals", series(run))
-        if "audit_inversion" not in data or s.get("audit") is None:
+        name = STRICTER[arm][0]
+        if name not in data or s.get("audit") is None:
             return "missing"
         rules = drift_rules({"audit": s["audit"]})
-        return drift_alarm({"audit": data["audit_inversion"]}, rules, window=s["window"], warmup=s["warmup"],
+        return drift_alarm({"audit": data[name]}, rules, window=s["window"], warmup=s["warmup"],
                            onset_fraction=s["onset"])  # fmt: skip
     names, gated = ARMS[arm]
     data = run.setdefault("_signals", series(run))
@@ -206,7 +214,7 @@ def table(runs, s: dict) -> list[str]:
         "median (range) | false alarms (held gold; rate [95% CI]) | kept by rollback: mean (min) |",
         "|---|---|---|---|---|---|",
     ]
-    arms = [*ARMS, "audit, inversion", "acting", "rlwatch", "rlwatch, hacking"]
+    arms = [*ARMS, *STRICTER, "acting", "rlwatch", "rlwatch, hacking"]
     for setting in (*HACKED, *HEALTHY):
         healthy = setting in HEALTHY
         arms_runs = {arm: runs.get((setting, arm), {}) for arm in hr.ARMS}
@@ -235,7 +243,7 @@ def table(runs, s: dict) -> list[str]:
                             keeps.append(kept(run, alarm, healthy=True))
             if not hits and not falses:
                 continue
-            if arm == "audit, inversion" and missing:
+            if arm in STRICTER and missing:
                 continue  # a setting only some of whose runs log it: the sweep table counts them
             recall, lag, false = hr.rate_line(hits), hr.lag_line(lags), hr.rate_line(falses)
             keep = f"{statistics.fmean(keeps):.0%} ({min(keeps):.0%})" if keeps else "-"
@@ -340,7 +348,7 @@ AUDIT_WINDOWS = (2, 3, 4, 8)
 
 
 def audit_rise_table(runs, s: dict, arm: str = "audit") -> list[str]:
-    """The audit alone (``arm``: ``"audit"`` reads ``audit/disagreement``, ``"audit, inversion"`` ``audit/inversion``)
+    """The audit alone (``arm``: ``"audit"`` reads ``audit/disagreement``, an arm of :data:`STRICTER` its metric)
     at each (rise, window): its median lag after gold's peak on each kind of hack, with the hacked vanilla runs it
     alarmed in of those hacked (in brackets), and its false alarms on the runs that held gold (hacked settings, every
     arm) and on each healthy setting. Runs without the signal are left out of every count."""
@@ -519,6 +527,12 @@ def report(out: Path) -> str:
             "of two others):",
             "",
             *audit_rise_table(runs, s, arm="audit, inversion"),
+            "",
+            "The same for `audit/overpaid` (an audit-refused completion counts only where the reward pays it at least "
+            "the median of the batch's favoured completions the audit accepts, wherever it stands in its group), on "
+            "the runs that log it (the reasoning-gym, round-answer and hedging vanilla runs, retrained with it):",
+            "",
+            *audit_rise_table(runs, s, arm="audit, overpaid"),
             "",
             "The audit read by a CUSUM instead (Page 1954: S_t = max(0, S_{t-1} + x_t - b_t - k), alarm at S_t >= h, "
             f"b_t the lowest trailing mean of {CUSUM_REFERENCE} measurements so far), a sweep to read, not a choice: "

@@ -735,6 +735,42 @@ def test_audit_inversion_by_hand():
         audit_inversion(rewards=torch.zeros(6), audits=torch.zeros(6, 1), group_size=4, threshold=0.5)
 
 
+def test_audit_overpaid_by_hand():
+    from trl_grpo_ext.core.hack_detection import audit_disagreement, audit_overpaid
+
+    # the five groups of test_audit_inversion_by_hand; the favoured completions the audit accepts are rows 0, 5 and 13
+    # (each 1.0): their median, 1.0, is the reference. Flagged: 1 (0.67), 4 (1.2), 8 (0.67), 12 (1.0), 16 (1.0).
+    # Overpaid: paid at least 1.0, wherever they stand in their group: the bonus on top (4), the tie (12) and the
+    # completion of the group with nothing accepted (16); partial credit (1, 8) is flagged, not overpaid, even where
+    # its group's only accepted completion scores 0 (8).
+    rewards = torch.tensor([1.0, 0.67, 0.0, 0.0, 1.2, 1.0, 0.0, 0.0, 0.67, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0,
+                            1.0, 0.0, 0.0, 0.0])  # fmt: skip
+    audits = torch.tensor([1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0], dtype=torch.float32)[:, None]
+    overpaid, rate = audit_overpaid(rewards=rewards, audits=audits, group_size=4, threshold=0.5)
+    assert overpaid.nonzero().view(-1).tolist() == [4, 12, 16] and rate == 3 / 8
+    flags, _ = audit_disagreement(rewards=rewards, audits=audits, group_size=4, threshold=0.5)
+    assert not (overpaid & ~flags).any()  # a subset of the flagged completions
+    # the reference is the median (the lower middle value of an even count): favoured accepted rewards 0.5, 2.0
+    # -> 0.5, so a flagged 0.6 counts
+    rewards = torch.tensor([2.0, 0.0, 0.6, 0.0, 0.5, 0.0])
+    audits = torch.tensor([[1.0], [1.0], [0.0], [1.0], [1.0], [1.0]])
+    assert audit_overpaid(rewards=rewards, audits=audits, group_size=2, threshold=0.5)[0].tolist() == [
+        False, False, True, False, False, False,
+    ]  # fmt: skip
+    # no favoured completion the audit accepts in the batch: every flagged one counts
+    rewards, audits = torch.tensor([1.0, 0.0, 0.3, 0.0]), torch.tensor([[0.0], [1.0], [0.0], [1.0]])
+    overpaid, rate = audit_overpaid(rewards=rewards, audits=audits, group_size=2, threshold=0.5)
+    assert overpaid.tolist() == [True, False, True, False] and rate == 1.0
+    # NaN rewards are never favoured; a NaN audit neither fails nor passes; nothing favoured: NaN
+    one = torch.tensor([[0.0], [1.0], [math.nan], [1.0]])
+    nan = audit_overpaid(rewards=torch.tensor([1.0, math.nan, 0.0, 0.5]), audits=one, group_size=4, threshold=0.5)
+    assert nan[0].tolist() == [True, False, False, False] and nan[1] == 1.0
+    flags, rate = audit_overpaid(rewards=torch.zeros(4), audits=torch.zeros(4, 1), group_size=2, threshold=0.5)
+    assert not flags.any() and math.isnan(rate)
+    with pytest.raises(ValueError, match="do not split into groups of 4"):
+        audit_overpaid(rewards=torch.zeros(6), audits=torch.zeros(6, 1), group_size=4, threshold=0.5)
+
+
 def test_the_length_gate_spares_lengthening_that_says_more_about_the_prompt():
     """Length alarms only while prompt information has not risen above (1 + slack) x its value at length's best
     point: the same length series alarms beside a flat prompt information and not beside a rising one."""
@@ -834,8 +870,9 @@ AUDITED = dict(HACK, reward_weights=[1.0, 0.0], collapse_audit_rewards=["sevens_
 @pytest.mark.slow
 def test_audits_are_logged_never_trained_on_and_read_by_the_detector(make_trainer):
     """An audit (weight 0) changes no advantage; audit/disagreement is the core function's value on the batch TRL
-    kept for its completions table, as is audit/inversion; the detector reads the disagreement's rise."""
-    from trl_grpo_ext.core.hack_detection import audit_disagreement, audit_inversion
+    kept for its completions table, as are audit/inversion and audit/overpaid; the detector reads the disagreement's
+    rise."""
+    from trl_grpo_ext.core.hack_detection import audit_disagreement, audit_inversion, audit_overpaid
 
     trainer = make_trainer(reward_funcs=[fixed_text_reward, sevens_audit], **AUDITED)
     trainer.train()
@@ -850,6 +887,9 @@ def test_audits_are_logged_never_trained_on_and_read_by_the_detector(make_traine
     _, inversion = audit_inversion(rewards=rewards, audits=audit[:, None], group_size=4, threshold=0.5)
     assert logs[-1].get("audit/inversion", math.nan) == pytest.approx(inversion, nan_ok=True)
     assert all(h["audit/inversion"] <= h["audit/disagreement"] for h in logs if "audit/inversion" in h)
+    _, overpaid = audit_overpaid(rewards=rewards, audits=audit[:, None], group_size=4, threshold=0.5)
+    assert logs[-1].get("audit/overpaid", math.nan) == pytest.approx(overpaid, nan_ok=True)
+    assert all(h["audit/overpaid"] <= h["audit/disagreement"] for h in logs if "audit/overpaid" in h)
     steps, values = trainer.collapse_monitor.detector.series["audit"]
     logged = {h["step"]: h["audit/disagreement"] for h in logs if "audit/disagreement" in h}
     assert steps == sorted(logged) and values == pytest.approx([logged[s] for s in steps]) and steps
@@ -961,7 +1001,7 @@ def test_plain_trl_logs_the_same_audit_disagreement(make_trainer):
                          **trl_fields)  # fmt: skip
     plain.add_callback(CollapseMonitor(plain, metrics=["repetition"], audit_rewards=["sevens_audit"]))
     plain.train()
-    for key in ("audit/flagged_frac", "audit/disagreement", "audit/inversion"):
+    for key in ("audit/flagged_frac", "audit/disagreement", "audit/inversion", "audit/overpaid"):
         ours = [h.get(key) for h in last_logs(plugin)]
         theirs = [h.get(key) for h in last_logs(plain)]
         assert len(ours) == 4 and theirs == pytest.approx(ours), key

@@ -41,7 +41,7 @@ from transformers import TrainerCallback
 from .adapter.plain import PlainTRLSource
 from .checkpoints import rollback_refusal, rollback_target
 from .core.diversity import batch_diversity, prompt_information, repetition_rates
-from .core.hack_detection import audit_disagreement, audit_inversion
+from .core.hack_detection import audit_disagreement, audit_inversion, audit_overpaid
 from .core.state import state_number
 from .detector import INDEPENDENT, CollapseEvent, HackDetector
 from .names import ALARM_ACTIONS, DIVERSITY_METRICS
@@ -58,7 +58,7 @@ MONITOR_STATE_FILE = "collapse_monitor.json"
 
 #: What the audits add (with ``collapse_audit_rewards``): the disagreement rate, the flagged fraction, and the
 #: completions screened (``collapse_action="screen"``).
-AUDIT_KEYS = ("audit/disagreement", "audit/inversion", "audit/flagged_frac", "audit/screened")
+AUDIT_KEYS = ("audit/disagreement", "audit/inversion", "audit/overpaid", "audit/flagged_frac", "audit/screened")
 
 
 def monitor_metric_keys(
@@ -224,7 +224,9 @@ class CollapseMonitor(TrainerCallback):
             logged, never trained on); every training batch logs ``audit/disagreement`` and ``audit/flagged_frac``
             (:func:`~trl_grpo_ext.core.hack_detection.audit_disagreement`), which the detector's ``"audit"`` signal
             reads, and ``audit/inversion`` (:func:`~trl_grpo_ext.core.hack_detection.audit_inversion`: the flagged
-            completions the reward pays at least as much as all its group's accepted ones), which it does not.
+            completions the reward pays at least as much as all its group's accepted ones) and ``audit/overpaid``
+            (:func:`~trl_grpo_ext.core.hack_detection.audit_overpaid`: the flagged completions paid at least the
+            median of the batch's favoured accepted ones), which it does not.
         audit_threshold: an audit score below it fails a completion.
         validation_metric: an evaluation metric of held-out gold (``"rewards/strict/mean"``; the ``eval_`` prefix
             optional) fed to the detector's ``"validation"`` signal at each evaluation (``validation/gold``), with
@@ -355,7 +357,7 @@ class CollapseMonitor(TrainerCallback):
         #: screening (``alarm_action="screen"``) is on: GRPOExtTrainer zeroes the advantages of ``last_flags``' rows
         self.screening = False
         self.last_flags: torch.Tensor | None = None
-        self._audit_stats: list[tuple[float, float, float]] = []  # (disagreement, inversion, flagged fraction)
+        self._audit_stats: list[tuple[float, float, float, float]] = []  # (disagreement, inversion, overpaid, flagged)
         self.metrics = tuple(metrics)
         self.ngram_sizes = tuple(ngram_sizes)
         self.repetition_n = repetition_n
@@ -500,12 +502,19 @@ class CollapseMonitor(TrainerCallback):
         _, inversion = audit_inversion(
             rewards=scored, audits=audits, group_size=group_size, threshold=self.audit_threshold
         )
+        _, overpaid = audit_overpaid(
+            rewards=scored, audits=audits, group_size=group_size, threshold=self.audit_threshold
+        )
         flagged = float(flags.float().mean()) if flags.numel() else 0.0
         if mode == "train":
-            self._audit_stats.append((rate, inversion, flagged))
+            self._audit_stats.append((rate, inversion, overpaid, flagged))
             self.last_flags = flags
         else:
-            for key, value in (("audit/disagreement", rate), ("audit/inversion", inversion)):
+            for key, value in (
+                ("audit/disagreement", rate),
+                ("audit/inversion", inversion),
+                ("audit/overpaid", overpaid),
+            ):
                 if math.isfinite(value):
                     self._log("eval", key, value)
             self._log("eval", "audit/flagged_frac", flagged)
@@ -516,7 +525,7 @@ class CollapseMonitor(TrainerCallback):
         if not stats:
             return {}
         out = {"audit/flagged_frac": statistics.fmean(f for *_, f in stats)}
-        for key, column in (("audit/disagreement", 0), ("audit/inversion", 1)):
+        for key, column in (("audit/disagreement", 0), ("audit/inversion", 1), ("audit/overpaid", 2)):
             rates = [row[column] for row in stats if math.isfinite(row[column])]
             if rates:
                 out[key] = statistics.fmean(rates)

@@ -39,7 +39,10 @@ PANELS = {
             ["filter/kept_frac", "clip_cov/selected_frac", "kl_cov/selected_frac", "clip_ratio/region_mean"],
         ),
         ("collapse alarm / hack detector", ["alarm/collapse", "alarm/hack", "alarm/hack_score"]),
-        ("audit (reward favours, audit fails)", ["audit/disagreement", "audit/inversion", "audit/flagged_frac"]),
+        (
+            "audit (reward favours, audit fails)",
+            ["audit/disagreement", "audit/inversion", "audit/overpaid", "audit/flagged_frac"],
+        ),
     ],
 }
 

@@ -76,9 +76,10 @@ class MonitorConfig(ConfigSection):
             second reward model, a format check. The monitor logs `audit/disagreement`, the fraction of the
             completions the training reward favours (above their group's mean) that an audit scores below
             `collapse_audit_threshold`, and `audit/flagged_frac`; the detector reads its rise
-            (`collapse_audit_rise`) and `collapse_action="screen"` acts on it. It also logs `audit/inversion`, the
-            stricter read (only what the reward pays at least as much as every completion of its group the audits
-            accept), which the detector does not read (docs/monitoring.md).
+            (`collapse_audit_rise`) and `collapse_action="screen"` acts on it. It also logs two stricter reads,
+            which the detector does not read (docs/monitoring.md): `audit/inversion` (only what the reward pays at
+            least as much as every completion of its group the audits accept) and `audit/overpaid` (only what it
+            pays at least the median of the batch's favoured completions the audits accept).
         collapse_audit_threshold (`float`, *optional*, defaults to `0.5`):
             An audit score below it fails a completion (0.5: a 0/1 grader's fail).
         collapse_audit_rise (`float`, *optional*, defaults to `0.2`):

@@ -288,11 +288,38 @@ def audit_inversion(
     return inverted.view(-1), (int(inverted.sum()) / total if total else float("nan"))
 
 
+def audit_overpaid(
+    *, rewards: torch.Tensor, audits: torch.Tensor, group_size: int, threshold: float
+) -> tuple[torch.Tensor, float]:
+    """Where the training reward pays what an audit refuses as much as what the audit accepts, and how often.
+
+    Shapes and flags as :func:`audit_disagreement`. A flagged completion is *overpaid* when its training reward is at
+    least the median training reward of the batch's favoured completions that every audit passes (scores at least
+    ``threshold``): it is paid like a typical answer the reward pushes up and the audit accepts, on the training
+    reward's own scale. Where the batch holds no such completion every flagged one counts. A hack pays as much as the
+    right answer or more wherever it stands in its group (a hack that fills whole groups is still compared with the
+    batch's accepted answers, where :func:`audit_inversion` has nothing to rank it against); a lenient grader's
+    partial credit, paid less than a typical accepted answer, is flagged but not overpaid. Returns
+    ``(overpaid (N,) bool, rate)``: rate = overpaid / favoured over the batch (NaN when nothing is favoured), never
+    above :func:`audit_disagreement`'s. No paper: this project's signal, measured in docs/results.md.
+    """
+    _check_audit_shapes(rewards, audits, group_size)
+    grouped, favoured = _favoured(rewards, group_size)  # (P, G) twice
+    flat = grouped.view(-1)  # (N,)
+    failed = (audits < threshold).any(dim=1)  # (N,) NaN audits compare False: not failed
+    accepted = favoured.view(-1) & (audits >= threshold).all(dim=1)  # (N,) favoured: a scored reward
+    flagged = favoured.view(-1) & failed  # (N,)
+    overpaid = flagged & (flat >= flat[accepted].median()) if bool(accepted.any()) else flagged  # (N,)
+    total = int(favoured.sum())
+    return overpaid, (int(overpaid.sum()) / total if total else float("nan"))
+
+
 __all__ = [
     "DriftAlarm",
     "DriftRule",
     "audit_disagreement",
     "audit_inversion",
+    "audit_overpaid",
     "drift_alarm",
     "drift_from_best",
     "gate_open",
