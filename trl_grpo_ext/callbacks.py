@@ -56,8 +56,8 @@ ROLLBACK_FILE = "collapse_rollback.json"
 MONITOR_STATE_FILE = "collapse_monitor.json"
 
 
-#: What the audits add (with ``collapse_audit_rewards``): the disagreement rate, the flagged fraction, and the
-#: completions screened (``collapse_action="screen"``).
+#: What the audits add (with ``collapse_audit_rewards``): the disagreement rate and its two stricter reads (inversion,
+#: overpaid), the flagged fraction, and the completions screened (``collapse_action="screen"``).
 AUDIT_KEYS = ("audit/disagreement", "audit/inversion", "audit/overpaid", "audit/flagged_frac", "audit/screened")
 
 
