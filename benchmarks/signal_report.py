@@ -347,47 +347,60 @@ AUDIT_RISES = (0.08, 0.1, 0.15, 0.2)
 AUDIT_WINDOWS = (2, 3, 4, 8)
 
 
-def audit_rise_table(runs, s: dict, arm: str = "audit") -> list[str]:
-    """The audit alone (``arm``: ``"audit"`` reads ``audit/disagreement``, an arm of :data:`STRICTER` its metric)
-    at each (rise, window): its median lag after gold's peak on each kind of hack, with the hacked vanilla runs it
-    alarmed in of those hacked (in brackets), and its false alarms on the runs that held gold (hacked settings, every
-    arm) and on each healthy setting. Runs without the signal are left out of every count."""
-    lines = [
-        "| collapse_audit_rise | collapse_detector_window | median alarm - gold's peak: "
+def _sweep_header(first: str, second: str) -> list[str]:
+    return [
+        f"| {first} | {second} | median alarm - gold's peak: "
         + ", ".join(HACKED)
         + " | false alarms: hacked settings' runs that held gold | "
         + " | ".join(HEALTHY)
         + " |",
         "|---|---|---|---|" + "---|" * len(HEALTHY),
     ]
+
+
+def _sweep_cells(runs, alarm_step) -> str:
+    """One row's cells: ``alarm_step(run)`` (the step of a run's alarm, None, or ``"missing"`` when the run lacks the
+    signal) over every run: the median lag after gold's peak on each kind of hack [alarmed / hacked vanilla runs], and
+    the false alarms on the runs that held gold (hacked settings, every arm) and on each healthy setting. Runs without
+    the signal are left out of every count."""
+    lags: dict[str, list[int]] = {name: [] for name in HACKED}
+    hacked = dict.fromkeys(HACKED, 0)
+    false = {name: [0, 0] for name in ("held", *HEALTHY)}
+    for setting in (*HACKED, *HEALTHY):
+        for study_arm in hr.ARMS:
+            for run in runs.get((setting, study_arm), {}).values():
+                step = alarm_step(run)
+                if step == "missing":
+                    continue
+                outcome = "held" if setting in HEALTHY else hr.outcome(run, "test")
+                if setting in HACKED and study_arm == "vanilla" and outcome == "hacked":
+                    hacked[setting] += 1
+                    if step is not None:
+                        lags[setting].append(step - hr.peak_and_halving(run)[0])
+                elif outcome == "held":
+                    pool = false[setting if setting in HEALTHY else "held"]
+                    pool[0] += step is not None
+                    pool[1] += 1
+    medians = ", ".join(
+        (f"{statistics.median(lags[name]):+.0f}" if lags[name] else "-") + f" [{len(lags[name])}/{hacked[name]}]"
+        for name in HACKED
+    )
+    return f"{medians} | " + " | ".join(f"{a}/{n}" for a, n in false.values())
+
+
+def audit_rise_table(runs, s: dict, arm: str = "audit") -> list[str]:
+    """The audit alone (``arm``: ``"audit"`` reads ``audit/disagreement``, an arm of :data:`STRICTER` its metric)
+    at each (rise, window), in :func:`_sweep_cells`' columns."""
+    lines = _sweep_header("collapse_audit_rise", "collapse_detector_window")
     for rise in AUDIT_RISES:
         for window in AUDIT_WINDOWS:
             at = {**s, "audit": rise, "window": window}
-            lags: dict[str, list[int]] = {name: [] for name in HACKED}
-            hacked = dict.fromkeys(HACKED, 0)
-            false = {name: [0, 0] for name in ("held", *HEALTHY)}
-            for setting in (*HACKED, *HEALTHY):
-                for study_arm in hr.ARMS:
-                    for run in runs.get((setting, study_arm), {}).values():
-                        alarm = replay(run, arm, at)
-                        if alarm == "missing":
-                            continue
-                        outcome = "held" if setting in HEALTHY else hr.outcome(run, "test")
-                        if setting in HACKED and study_arm == "vanilla" and outcome == "hacked":
-                            hacked[setting] += 1
-                            if alarm is not None:
-                                lags[setting].append(alarm.step - hr.peak_and_halving(run)[0])
-                        elif outcome == "held":
-                            pool = false[setting if setting in HEALTHY else "held"]
-                            pool[0] += alarm is not None
-                            pool[1] += 1
-            medians = ", ".join(
-                (f"{statistics.median(lags[name]):+.0f}" if lags[name] else "-")
-                + f" [{len(lags[name])}/{hacked[name]}]"
-                for name in HACKED
-            )
-            cells = " | ".join(f"{a}/{n}" for a, n in false.values())
-            lines.append(f"| {rise:g} | {window} | {medians} | {cells} |")
+
+            def step(run, at=at):
+                alarm = replay(run, arm, at)
+                return alarm if alarm in ("missing", None) else alarm.step
+
+            lines.append(f"| {rise:g} | {window} | {_sweep_cells(runs, step)} |")
     return lines
 
 
@@ -415,45 +428,17 @@ def cusum_alarm(steps: torch.Tensor, values: torch.Tensor, *, slack: float, limi
 
 
 def audit_cusum_table(runs) -> list[str]:
-    """The audit read by :func:`cusum_alarm` at each (slack, limit), in :func:`audit_rise_table`'s columns: its median
-    lag after gold's peak on each kind of hack [alarmed / hacked vanilla runs], its false alarms on the runs that held
-    gold and on each healthy setting."""
-    lines = [
-        "| slack k | limit h | median alarm - gold's peak: "
-        + ", ".join(HACKED)
-        + " | false alarms: hacked settings' runs that held gold | "
-        + " | ".join(HEALTHY)
-        + " |",
-        "|---|---|---|---|" + "---|" * len(HEALTHY),
-    ]
+    """The audit (``audit/disagreement``) read by :func:`cusum_alarm` at each (slack, limit), in
+    :func:`_sweep_cells`' columns."""
+    lines = _sweep_header("slack k", "limit h")
     for slack in CUSUM_SLACKS:
         for limit in CUSUM_LIMITS:
-            lags: dict[str, list[int]] = {name: [] for name in HACKED}
-            hacked = dict.fromkeys(HACKED, 0)
-            false = {name: [0, 0] for name in ("held", *HEALTHY)}
-            for setting in (*HACKED, *HEALTHY):
-                for study_arm in hr.ARMS:
-                    for run in runs.get((setting, study_arm), {}).values():
-                        data = run.setdefault("_signals", series(run))
-                        if "audit" not in data:
-                            continue
-                        step = cusum_alarm(*data["audit"], slack=slack, limit=limit)
-                        outcome = "held" if setting in HEALTHY else hr.outcome(run, "test")
-                        if setting in HACKED and study_arm == "vanilla" and outcome == "hacked":
-                            hacked[setting] += 1
-                            if step is not None:
-                                lags[setting].append(step - hr.peak_and_halving(run)[0])
-                        elif outcome == "held":
-                            pool = false[setting if setting in HEALTHY else "held"]
-                            pool[0] += step is not None
-                            pool[1] += 1
-            medians = ", ".join(
-                (f"{statistics.median(lags[name]):+.0f}" if lags[name] else "-")
-                + f" [{len(lags[name])}/{hacked[name]}]"
-                for name in HACKED
-            )
-            cells = " | ".join(f"{a}/{n}" for a, n in false.values())
-            lines.append(f"| {slack:g} | {limit:g} | {medians} | {cells} |")
+
+            def step(run, slack=slack, limit=limit):
+                data = run.setdefault("_signals", series(run))
+                return cusum_alarm(*data["audit"], slack=slack, limit=limit) if "audit" in data else "missing"
+
+            lines.append(f"| {slack:g} | {limit:g} | {_sweep_cells(runs, step)} |")
     return lines
 
 
