@@ -192,6 +192,9 @@ def test_the_package_members_parameters_are_config_fields_and_a_users_are_not():
     assert "warmth (`float`, *optional*, defaults to `0.5`):" in section.__doc__
     assert 'How warm. (A parameter of `token_clip="warm"`.)' in section.__doc__
     assert dataclasses.fields(parameters_section([outside])) == () and parameters_section([outside]).__doc__ == ""
+    made_by_exec = _parameter_clip()
+    made_by_exec.__module__ = None  # a class exec'd without a __name__ (docs/index.md's worked example) has no module
+    assert member_parameters([('token_clip="exec"', made_by_exec)]) == {}
     other = ('token_clip="warmer"', _parameter_clip(default=0.25, module="trl_grpo_ext.families.warmer"))
     with pytest.raises(MemberContractError, match=r"both declare the parameter 'warmth', with a different type"):
         member_parameters([inside, other])

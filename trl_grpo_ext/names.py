@@ -60,6 +60,11 @@ def parameter_default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
+def in_package(cls: Any) -> bool:
+    """Whether a class is defined in this package (a class made by ``exec`` may have no module: not ours)."""
+    return (getattr(cls, "__module__", None) or "").startswith(f"{__name__.split('.', 1)[0]}.")
+
+
 class MemberContractError(ValueError):
     """A member class, or what a member returned, breaks the contract between the trainer and its members."""
 

@@ -16,11 +16,8 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from ..names import MemberContractError, is_parameter, parameter_default
+from ..names import MemberContractError, in_package, is_parameter, parameter_default
 from .section import ConfigSection
-
-#: The package whose members' parameters become config fields.
-PACKAGE = __name__.split(".", 1)[0]
 
 
 def member_parameters(
@@ -34,7 +31,7 @@ def member_parameters(
     found: dict[str, tuple[Any, dataclasses.Field, list[str]]] = {}
     taken = frozenset(taken)
     for label, member in members:
-        if not member.__module__.startswith(f"{PACKAGE}."):
+        if not in_package(member):
             continue
         hints = typing.get_type_hints(member.Args)
         for f in filter(is_parameter, dataclasses.fields(member.Args)):

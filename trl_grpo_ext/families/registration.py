@@ -20,7 +20,7 @@ import inspect
 from typing import Any
 
 from ..api import FAMILY_INTERFACES, HOOKS
-from ..names import MemberContractError, config_error, is_parameter, parameter_default
+from ..names import MemberContractError, config_error, in_package, is_parameter, parameter_default
 
 
 def _signature(parameters: list[str]) -> str:
@@ -208,7 +208,7 @@ def check_selection(args, members: dict[str, Any]) -> None:
                 "parameter of a member registered outside trl_grpo_ext: subclass GRPOExtConfig with the field, its "
                 "default and help, and pass that config as args)."
             )
-        if member.__module__.startswith(f"{__name__.split('.', 1)[0]}."):
+        if in_package(member):
             continue  # the package's members' parameters are the config's fields (a subclass may change a default)
         for f in filter(is_parameter, dataclasses.fields(member.Args)):
             theirs = parameter_default(known[f.name])
