@@ -515,7 +515,7 @@ def report(out: Path) -> str:
             "",
             "The same for `audit/overpaid` (an audit-refused completion counts only where the reward pays it at least "
             "the median of the batch's favoured completions the audit accepts, wherever it stands in its group), on "
-            "the runs that log it (the reasoning-gym, round-answer and hedging vanilla runs, retrained with it):",
+            "the runs that log it (the vanilla runs of six settings, retrained with it):",
             "",
             *audit_rise_table(runs, s, arm="audit, overpaid"),
             "",
