@@ -75,9 +75,7 @@ def parameters_section(members: Iterable[tuple[str, Any]], taken: Iterable[str] 
     member's, and its docstring section."""
     found = member_parameters(members, taken)
     fields = [
-        (name, kind, dataclasses.field(default_factory=f.default_factory, metadata=dict(f.metadata)))
-        if f.default_factory is not dataclasses.MISSING
-        else (name, kind, dataclasses.field(default=f.default, metadata=dict(f.metadata)))
+        (name, kind, dataclasses.field(default=f.default, default_factory=f.default_factory, metadata=dict(f.metadata)))
         for name, (kind, f, _) in found.items()
     ]
     section = dataclasses.make_dataclass("MemberParametersConfig", fields, bases=(ConfigSection,))

@@ -9,7 +9,6 @@ TRL multiplies into its policy loss (``LossContext.policy_weight``).
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -296,7 +295,7 @@ class DPPO(TokenClipBase):
     def check_combination(cls, args, members) -> None:
         for name in ("dppo_delta_low", "dppo_delta_high"):
             value = getattr(args, name)
-            if not (math.isfinite(value) and value > 0):
+            if not value > 0:  # finite: the config's number check ran first
                 raise config_error(
                     name, value, "must be a finite number > 0", f"e.g. {name}=0.2 (prime-rl's and verl's default)"
                 )
@@ -307,7 +306,7 @@ class DPPO(TokenClipBase):
                     "a probability difference of 1 or more is never reached: no token would be masked",
                     f"e.g. {name}=0.2",
                 )
-        if not (math.isfinite(args.dppo_log_ratio_coef) and args.dppo_log_ratio_coef >= 0):
+        if not args.dppo_log_ratio_coef >= 0:
             raise config_error(
                 "dppo_log_ratio_coef",
                 args.dppo_log_ratio_coef,
